@@ -1,0 +1,163 @@
+"""Symbolic execution of a plan on every rank at once, without communication.
+
+Each element carries two channels: a value modulo a prime (rank r's inputs are
+random) and a count of contributions. A correct reduction ends with count == W
+and the modular sum of all ranks' inputs; a region that a step leaves
+undefined is poisoned, so a plan that reads it is caught. Steps run in a
+random order that respects only the plan's declared dependencies, and steps
+that may overlap must touch disjoint regions: a plan that relies on the
+executor's incidental ordering fails here.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from hocc.plan.types import Plan, Step
+
+PRIME = 2_147_483_647
+POISON = -1
+
+
+class PlanError(AssertionError):
+    pass
+
+
+def check_structure(plan: Plan) -> None:
+    size = plan.layout.size
+    for s in plan.steps:
+        seen: set[int] = set()
+        for g in s.groups:
+            if seen & set(g.ranks):
+                raise PlanError(f"rank in two groups of one step: {s}")
+            seen |= set(g.ranks)
+            n = 1 if s.op == "all_reduce" else len(g.ranks)
+            if g.offset < 0 or g.offset + n * g.seg > size:
+                raise PlanError(f"region out of the work buffer ({size}): {s}")
+            if s.impl == "native" and list(g.ranks) != sorted(g.ranks):
+                raise PlanError(f"native step with members out of rank order: {s}")
+        if not 0 <= s.stage < plan.stages:
+            raise PlanError(f"stage {s.stage} outside 0..{plan.stages - 1}")
+
+
+def _regions(s: Step) -> list[tuple[int, int, int]]:
+    """(rank, start, end) touched by a step."""
+    out = []
+    for g in s.groups:
+        n = 1 if s.op == "all_reduce" else len(g.ranks)
+        out += [(r, g.offset, g.offset + n * g.seg) for r in g.ranks]
+    return out
+
+
+def check_races(plan: Plan) -> None:
+    """Steps not ordered by the dependency chain (same chunk, consecutive
+    stages) must touch disjoint regions on each rank."""
+    for i, a in enumerate(plan.steps):
+        ra = _regions(a)
+        for b in plan.steps[i + 1:]:
+            if a.chunk == b.chunk:
+                continue  # same chunk: ordered by its stage chain
+            for r1, s1, e1 in ra:
+                for r2, s2, e2 in _regions(b):
+                    if r1 == r2 and s1 < e2 and s2 < e1 and e1 > s1 and e2 > s2:
+                        raise PlanError(f"steps may overlap on rank {r1}: {a} / {b}")
+
+
+def _apply(step: Step, vals: list[np.ndarray], cnts: list[np.ndarray]) -> None:
+    for g in step.groups:
+        n = len(g.ranks)
+        if step.op == "all_reduce":
+            sl = slice(g.offset, g.offset + g.seg)
+            v = sum(vals[r][sl] for r in g.ranks) % PRIME
+            c = sum(cnts[r][sl] for r in g.ranks)
+            for r in g.ranks:
+                vals[r][sl], cnts[r][sl] = v, c
+        elif step.op == "reduce_scatter":
+            region = slice(g.offset, g.offset + n * g.seg)
+            segs = [slice(g.offset + i * g.seg, g.offset + (i + 1) * g.seg) for i in range(n)]
+            sums = [(sum(vals[r][sl] for r in g.ranks) % PRIME, sum(cnts[r][sl] for r in g.ranks)) for sl in segs]
+            for i, r in enumerate(g.ranks):
+                vals[r][region], cnts[r][region] = POISON, POISON
+                vals[r][segs[i]], cnts[r][segs[i]] = sums[i]
+        elif step.op == "all_gather":
+            segs = [slice(g.offset + i * g.seg, g.offset + (i + 1) * g.seg) for i in range(n)]
+            own = [(vals[r][segs[i]].copy(), cnts[r][segs[i]].copy()) for i, r in enumerate(g.ranks)]
+            for r in g.ranks:
+                for i in range(n):
+                    vals[r][segs[i]], cnts[r][segs[i]] = own[i]
+        else:
+            raise PlanError(f"unknown op {step.op}")
+
+
+def _schedule(plan: Plan, rng: random.Random) -> list[Step]:
+    """A random order respecting only (stage-1, chunk) -> (stage, chunk)."""
+    by_chunk: dict[int, list[Step]] = {}
+    for s in plan.steps:
+        by_chunk.setdefault(s.chunk, []).append(s)
+    queues = [sorted(v, key=lambda s: s.stage) for v in by_chunk.values()]
+    out = []
+    while queues:
+        q = rng.choice(queues)
+        out.append(q.pop(0))
+        queues = [q for q in queues if q]
+    return out
+
+
+def simulate(plan: Plan, seed: int = 0) -> None:
+    """Run `plan` symbolically for all ranks; raise PlanError if any rank ends
+    with a result other than the collective's definition."""
+    check_structure(plan)
+    check_races(plan)
+    rng = random.Random(seed)
+    nprng = np.random.default_rng(seed)
+    lay, w, c = plan.layout, plan.world, plan.count
+    # caller inputs: all_reduce c elems; reduce_scatter w*c; all_gather c
+    in_len = w * c if plan.collective == "reduce_scatter" else c
+    inputs = [nprng.integers(0, PRIME, size=in_len, dtype=np.int64) for _ in range(w)]
+    vals, cnts = [], []
+    for r in range(w):
+        v = np.full(lay.size, POISON, dtype=np.int64)
+        n = np.full(lay.size, POISON, dtype=np.int64)
+        work_v = v.reshape(lay.chunks, lay.blocks, lay.piece) if lay.size else v
+        work_n = n.reshape(lay.chunks, lay.blocks, lay.piece) if lay.size else n
+        for i, blk in enumerate(lay.order if lay.size else ()):
+            if plan.collective == "all_gather" and blk != r:
+                continue
+            src = inputs[r][blk * c:(blk + 1) * c] if plan.collective == "reduce_scatter" else inputs[r]
+            for k in range(lay.chunks):
+                part = src[k * lay.piece:(k + 1) * lay.piece]
+                work_v[k, i, :] = 0
+                work_n[k, i, :] = 1
+                work_v[k, i, :len(part)] = part
+        vals.append(v)
+        cnts.append(n)
+    for step in _schedule(plan, rng):
+        _apply(step, vals, cnts)
+    for r in range(w):
+        wv = vals[r].reshape(lay.chunks, lay.blocks, lay.piece) if lay.size else vals[r]
+        wn = cnts[r].reshape(lay.chunks, lay.blocks, lay.piece) if lay.size else cnts[r]
+
+        def block(i: int, wv: np.ndarray = wv, wn: np.ndarray = wn) -> tuple[np.ndarray, np.ndarray]:
+            if not lay.size:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return wv[:, i, :].reshape(-1)[:c], wn[:, i, :].reshape(-1)[:c]
+
+        if plan.collective == "all_reduce":
+            got, n = block(0)
+            want = sum(inputs) % PRIME if w else np.zeros(0)
+            expect_n = w
+        elif plan.collective == "reduce_scatter":
+            got, n = block(lay.order.index(r))
+            want = sum(x[r * c:(r + 1) * c] for x in inputs) % PRIME
+            expect_n = w
+        else:
+            for i, blk in enumerate(lay.order):
+                got, n = block(i)
+                if not np.array_equal(got, inputs[blk]) or not np.all(n == 1):
+                    raise PlanError(f"all_gather: rank {r} has a wrong block {blk}\n{plan.describe()}")
+            continue
+        if not np.all(n == expect_n) or not np.array_equal(got, want):
+            raise PlanError(f"{plan.collective}: rank {r} ends with a wrong result "
+                            f"(contribution counts {sorted(set(n.tolist()))})\n{plan.describe()}")

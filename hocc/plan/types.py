@@ -1,0 +1,131 @@
+"""Plans are data: which group does what to which slice of the work buffer, in
+which pipeline stage and chunk. Executors (the Python engine on
+torch.distributed, the C++ one later) carry them out and decide nothing.
+
+Semantics of a step, for each of its groups (members listed in segment order,
+as ranks of the process group the plan was made for; region offsets in
+elements of each member's own work buffer, identical on all members):
+
+  reduce_scatter  member i ends with segment i, [offset + i*seg, +seg), reduced
+                  over the members; the rest of the region becomes undefined.
+  all_gather      every member ends with every member's segment i in place.
+  all_reduce      the region [offset, offset+seg) reduced over the members.
+
+impl 'native' runs the backend's collective on a sub-group (members must be in
+rank order, as the backend assigns segments that way); 'ring' runs a ring of
+point-to-point sends in the listed order.
+
+Step (stage s, chunk k) may start once step (s-1, k) has ended; nothing else
+orders steps, so steps that may overlap touch disjoint regions.
+
+The layout says how the caller's buffer maps onto the work buffer: the work
+buffer is [chunks][blocks][piece]; work[k][i] holds elements
+[k*piece, (k+1)*piece) of caller block order[i] (zero beyond block_elems).
+For all_reduce there is one block (the whole tensor); for reduce_scatter and
+all_gather there is one block per rank.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
+ALGOS: tuple[str, ...] = ("native", "ring", "ho_ring")
+OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
+IMPLS: tuple[str, ...] = ("native", "ring")
+
+
+@dataclass(frozen=True)
+class GroupSlice:
+    ranks: tuple[int, ...]
+    offset: int
+    seg: int
+
+
+@dataclass(frozen=True)
+class Step:
+    stage: int
+    chunk: int
+    op: str
+    impl: str
+    tier: str
+    groups: tuple[GroupSlice, ...]
+
+    def group_of(self, rank: int) -> GroupSlice | None:
+        for g in self.groups:
+            if rank in g.ranks:
+                return g
+        return None
+
+
+@dataclass(frozen=True)
+class Layout:
+    blocks: int
+    block_elems: int
+    chunks: int
+    piece: int
+    order: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        """Elements in the work buffer."""
+        return self.chunks * self.blocks * self.piece
+
+    @staticmethod
+    def identity(blocks: int, block_elems: int) -> Layout:
+        return Layout(blocks, block_elems, 1, block_elems, tuple(range(blocks)))
+
+
+@dataclass
+class Plan:
+    collective: str
+    algo: str
+    world: int
+    count: int
+    layout: Layout
+    steps: list[Step]
+    stages: int
+    reason: str = ""
+    predicted_s: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chunks(self) -> int:
+        return self.layout.chunks
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Plan:
+        lay = d["layout"]
+        layout = Layout(lay["blocks"], lay["block_elems"], lay["chunks"], lay["piece"], tuple(lay["order"]))
+        steps = [Step(s["stage"], s["chunk"], s["op"], s["impl"], s["tier"],
+                      tuple(GroupSlice(tuple(g["ranks"]), g["offset"], g["seg"]) for g in s["groups"]))
+                 for s in d["steps"]]
+        return Plan(d["collective"], d["algo"], d["world"], d["count"], layout, steps, d["stages"],
+                    d.get("reason", ""), d.get("predicted_s"), d.get("meta", {}))
+
+    @staticmethod
+    def from_json(text: str) -> Plan:
+        return Plan.from_dict(json.loads(text))
+
+    def summary(self) -> str:
+        pred = f", predicted {self.predicted_s * 1e3:.3f} ms" if self.predicted_s is not None else ""
+        return (f"{self.collective} count={self.count} world={self.world}: {self.algo} "
+                f"({self.stages} stages x {self.chunks} chunks{pred}){': ' + self.reason if self.reason else ''}")
+
+    def describe(self) -> str:
+        """Human-readable listing, one line per step."""
+        lines = [self.summary(), f"layout: {self.layout.blocks} blocks x {self.layout.chunks} chunks "
+                 f"x {self.layout.piece} elems, order {list(self.layout.order)}"]
+        for s in self.steps:
+            groups = " ".join(f"{list(g.ranks)}@{g.offset}+{g.seg}" for g in s.groups)
+            lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}")
+        return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""Link tiers and rate parsing: what a byte costs on each level of the hierarchy."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+TIERS = ("host", "nic", "trunk")
+"""Tier names, fastest first: ranks on one host, hosts under one switch, across switches."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One tier's alpha-beta parameters.
+
+    bandwidth: bytes/s one flow gets on an otherwise idle link of this tier.
+    latency: seconds per message (the alpha term), software overhead included.
+    """
+
+    bandwidth: float
+    latency: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"bandwidth": self.bandwidth, "latency": self.latency}
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Per-tier links. Defaults match the CPU testbed (TESTBED.md): loopback at
+    about 2.5 Gbit/s shared by a host's ranks, 200 Mbit/s host NICs, a trunk
+    oversubscribed 4:1 relative to the NICs below it."""
+
+    host: Link = Link(bandwidth=2.5e9 / 8, latency=60e-6)
+    nic: Link = Link(bandwidth=200e6 / 8, latency=150e-6)
+    trunk: Link = Link(bandwidth=100e6 / 8, latency=300e-6)
+
+    def tier(self, name: str) -> Link:
+        if name not in TIERS:
+            raise ValueError(f"unknown link tier {name!r}; expected one of {TIERS}")
+        link: Link = getattr(self, name)
+        return link
+
+    def with_tier(self, name: str, link: Link) -> LinkModel:
+        self.tier(name)
+        return replace(self, **{name: link})
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        return {t: self.tier(t).to_dict() for t in TIERS}
+
+    @staticmethod
+    def from_dict(d: dict[str, object]) -> LinkModel:
+        model = LinkModel()
+        for name, val in d.items():
+            base = model.tier(name)
+            if isinstance(val, dict):
+                bw = val.get("bandwidth", base.bandwidth)
+                lat = val.get("latency", base.latency)
+                link = Link(parse_rate(bw), parse_duration(lat))
+            else:
+                link = Link(parse_rate(val), base.latency)
+            model = model.with_tier(name, link)
+        return model
+
+
+_RATE = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmgt]?)(bit|bytes|byte|b)?(?:/s)?\s*$", re.I)
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_rate(value: object) -> float:
+    """A rate in bytes/s. Numbers are bytes/s; strings take units as tc and
+    nccl-tests users write them: '200mbit', '1gbit', '25GB', '3.2e9'."""
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError(f"rate must be positive, got {value}")
+        return float(value)
+    m = _RATE.match(str(value))
+    if not m:
+        raise ValueError(f"cannot parse rate {value!r}; write e.g. '200mbit', '1gbit' or '25GB' (bytes/s)")
+    num, scale, unit = float(m.group(1)), _SCALE[m.group(2).lower()], (m.group(3) or "B")
+    bits = unit.lower() == "bit" or unit == "b"
+    rate = num * scale / (8 if bits else 1)
+    if rate <= 0:
+        raise ValueError(f"rate must be positive, got {value!r}")
+    return rate
+
+
+_DUR = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*(s|ms|us|ns)?\s*$", re.I)
+_DUR_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(value: object) -> float:
+    """A duration in seconds; strings may say '5us', '1.5ms'."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _DUR.match(str(value))
+    if not m:
+        raise ValueError(f"cannot parse duration {value!r}; write e.g. '20us' or '0.5ms'")
+    return float(m.group(1)) * _DUR_SCALE[(m.group(2) or "s").lower()]

@@ -1,0 +1,92 @@
+"""HOCC_TOPOLOGY specs: compact strings or a JSON/YAML file.
+
+Compact forms (hosts and switches numbered in order):
+  8             one host of 8 ranks
+  2x4           2 hosts x 4 ranks, numbered host by host
+  2x4:scattered rank r on host r mod 2
+  2x2x2         2 switches x 2 hosts x 2 ranks
+  3+5           hosts of unequal size under one switch
+Any form may end with '@' and link settings, e.g. '2x4@nic=1gbit,host=20gbit'
+(rates as tc writes them; 'nic_latency=50us' sets a latency).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hocc.topology.links import TIERS, Link, LinkModel, parse_duration, parse_rate
+from hocc.topology.model import Topology, from_sizes, uniform
+
+
+def parse_links(text: str, base: LinkModel | None = None) -> LinkModel:
+    model = base or LinkModel()
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"link setting {item!r} needs the form tier=rate, e.g. nic=200mbit")
+        key, val = (s.strip() for s in item.split("=", 1))
+        tier, _, what = key.partition("_")
+        if tier not in TIERS or what not in ("", "latency", "bandwidth"):
+            raise ValueError(f"unknown link setting {key!r}; use one of {TIERS}, optionally with _latency")
+        old = model.tier(tier)
+        link = Link(old.bandwidth, parse_duration(val)) if what == "latency" else Link(parse_rate(val), old.latency)
+        model = model.with_tier(tier, link)
+    return model
+
+
+def parse_spec(spec: str, links: LinkModel | None = None) -> Topology:
+    """A topology from a compact spec or the path of a .json/.yaml/.yml file."""
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("empty topology spec; write e.g. '2x4', '2x4:scattered', '2x2x2', '3+5' or a file path")
+    if spec.endswith((".json", ".yaml", ".yml")) or os.path.sep in spec:
+        return load_file(spec)
+    shape, _, link_text = spec.partition("@")
+    model = parse_links(link_text, links)
+    shape, _, placement = shape.partition(":")
+    placement = placement or "block"
+    try:
+        if "+" in shape:
+            if placement != "block":
+                raise ValueError("unequal hosts ('3+5') take no placement suffix")
+            return from_sizes([int(p) for p in shape.split("+")], model)
+        dims = [int(p) for p in shape.split("x")]
+    except ValueError as e:
+        if "placement" in str(e):
+            raise
+        raise ValueError(f"cannot parse topology spec {spec!r}; write e.g. '2x4', '2x4:scattered', "
+                         "'2x2x2', '3+5' or a .json/.yaml file path") from None
+    if any(d < 1 for d in dims):
+        raise ValueError(f"topology spec {spec!r} has a zero or negative size")
+    if len(dims) == 1:
+        return uniform(1, dims[0], 1, placement, model)
+    if len(dims) == 2:
+        return uniform(dims[0], dims[1], 1, placement, model)
+    if len(dims) == 3:
+        return uniform(dims[0] * dims[1], dims[2], dims[0], placement, model)
+    raise ValueError(f"topology spec {spec!r} has more than three levels; use a file for deeper trees")
+
+
+def load_file(path: str) -> Topology:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"topology file {path!r} does not exist")
+    with open(path) as f:
+        text = f.read()
+    data: Any
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError as e:  # pragma: no cover - pyyaml is a dependency
+            raise ImportError("reading a YAML topology needs PyYAML: pip install pyyaml") from e
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"topology file {path!r} must hold a mapping with a 'hosts' list")
+    return Topology.from_dict(data)
+
+
+def save_file(topo: Topology, path: str) -> None:
+    with open(path, "w") as f:
+        f.write(topo.to_json() + "\n")
