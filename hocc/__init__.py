@@ -1,0 +1,33 @@
+"""hocc: hierarchical overlapping-ring collectives for torch.distributed.
+
+Drop-in calls with torch.distributed's signatures plus `algo`:
+    hocc.all_reduce(t, op=ReduceOp.SUM, group=None, async_op=False, algo="auto")
+"""
+
+from hocc.api.collectives import (
+    ReduceOp,
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_single,
+    all_reduce,
+    last_plan,
+    plan_for,
+    reduce_scatter,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+)
+from hocc.api.validate import HoccError
+from hocc.config import Config, configure, get_config
+from hocc.engine.engine import reset_engines
+from hocc.engine.work import Work
+from hocc.plan import Plan, make_plan
+from hocc.topology import Topology, parse_spec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config", "HoccError", "Plan", "ReduceOp", "Topology", "Work", "__version__", "all_gather",
+    "all_gather_into_tensor", "all_gather_single", "all_reduce", "configure", "get_config", "last_plan",
+    "make_plan", "parse_spec", "plan_for", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
+    "reset_engines",
+]

@@ -1,0 +1,1 @@
+"""The public calls (drop-in for torch.distributed's)."""

@@ -1,0 +1,194 @@
+"""Drop-in collectives: torch.distributed's signatures and semantics, plus
+`algo` ('auto', 'native', 'ring', 'ho_ring'). Thin: validate, plan, submit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from hocc.api import validate as v
+from hocc.config import get_config
+from hocc.engine.engine import Engine, get_engine
+from hocc.engine.layout import pack, unpack
+from hocc.engine.reduce import wire_op
+from hocc.engine.work import Work
+from hocc.plan.types import Plan
+
+ReduceOp = dist.ReduceOp
+
+
+def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
+    return get_engine(group, device, get_config())
+
+
+def _run(collective: str, fn: str, inp: torch.Tensor, out: torch.Tensor, count: int, op_name: str,
+         group: dist.ProcessGroup, async_op: bool, algo: str | None,
+         native: Callable[[], None]) -> Work | None:
+    """Plan the call and submit it: native calls the backend on the caller's
+    tensors; other plans run on a private work buffer, copied out at the end."""
+    cfg = get_config()
+    algo = v.check_algo(algo if algo is not None else cfg.algo, fn)
+    eng = _engine(group, inp.device)
+    plan = eng.plan(collective, count, inp.element_size(), algo, cfg)
+
+    def job() -> None:
+        if plan.algo == "native":
+            native()
+            return
+        execute(eng, plan, inp, out, op_name)
+
+    return eng.submit(job, [out], async_op)
+
+
+def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:
+    eng.executor.prepare(plan)
+    work = pack(plan.collective, plan.layout, inp, eng.rank)
+    eng.executor.run(plan, work, op_name)
+    if op_name == "avg" and plan.collective != "all_gather":
+        work.div_(eng.size)
+    unpack(plan.collective, plan.layout, work, out, eng.rank)
+
+
+def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
+               async_op: bool = False, *, algo: str | None = None) -> Work | None:
+    """Reduce `tensor` across the group, in place on every rank."""
+    fn = "all_reduce"
+    g = v.resolve_group(group, fn)
+    v.check_tensor(tensor, "tensor", fn)
+    name = v.check_op(op, tensor.dtype, fn)
+    return _run(fn, fn, tensor, tensor, tensor.numel(), name, g, async_op, algo,
+                lambda: _wait(dist.all_reduce(tensor, op=op, group=g, async_op=True)))
+
+
+def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                           group: dist.ProcessGroup | None = None, async_op: bool = False, *,
+                           algo: str | None = None) -> Work | None:
+    """Gather every rank's `input_tensor` into `output_tensor`, by group rank."""
+    fn = "all_gather_into_tensor"
+    g = v.resolve_group(group, fn)
+    v.check_tensor(output_tensor, "output_tensor", fn)
+    v.check_tensor(input_tensor, "input_tensor", fn)
+    v.check_same([output_tensor, input_tensor], ["output_tensor", "input_tensor"], fn)
+    v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
+    return _run("all_gather", fn, input_tensor, output_tensor, input_tensor.numel(), "sum", g, async_op, algo,
+                lambda: _wait(dist.all_gather_into_tensor(output_tensor, input_tensor, group=g, async_op=True)))
+
+
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
+                          group: dist.ProcessGroup | None = None, async_op: bool = False, *,
+                          algo: str | None = None) -> Work | None:
+    """Reduce `input` (world blocks) across the group; rank r gets block r in `output`."""
+    fn = "reduce_scatter_tensor"
+    g = v.resolve_group(group, fn)
+    v.check_tensor(output, "output", fn)
+    v.check_tensor(input, "input", fn)
+    v.check_same([output, input], ["output", "input"], fn)
+    v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
+    name = v.check_op(op, input.dtype, fn)
+    return _run("reduce_scatter", fn, input, output, output.numel(), name, g, async_op, algo,
+                lambda: _wait(dist.reduce_scatter_tensor(output, input, op=op, group=g, async_op=True)))
+
+
+def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+               async_op: bool = False, *, algo: str | None = None) -> Work | None:
+    """List form of all_gather_into_tensor: tensor_list[r] receives rank r's tensor."""
+    fn = "all_gather"
+    g = v.resolve_group(group, fn)
+    v.check_tensor(tensor, "tensor", fn)
+    _check_list(tensor_list, tensor, dist.get_world_size(g), "tensor_list", fn)
+    flat = torch.empty(tensor.numel() * len(tensor_list), dtype=tensor.dtype, device=tensor.device)
+    work = all_gather_into_tensor(flat, tensor, group=g, async_op=True, algo=algo)
+    assert work is not None
+    return _then(work, lambda: _split_into(flat, tensor_list), tensor_list, async_op)
+
+
+def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op: object = ReduceOp.SUM,
+                   group: dist.ProcessGroup | None = None, async_op: bool = False, *,
+                   algo: str | None = None) -> Work | None:
+    """List form of reduce_scatter_tensor: rank r gets the reduction of every rank's input_list[r]."""
+    fn = "reduce_scatter"
+    g = v.resolve_group(group, fn)
+    v.check_tensor(output, "output", fn)
+    _check_list(input_list, output, dist.get_world_size(g), "input_list", fn)
+    flat = torch.cat([t.reshape(-1) for t in input_list]) if input_list else output.new_empty(0)
+    work = reduce_scatter_tensor(output, flat, op=op, group=g, async_op=True, algo=algo)
+    assert work is not None
+    return _then(work, lambda: None, [output], async_op)
+
+
+def all_gather_single(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                      group: dist.ProcessGroup | None = None, async_op: bool = False, *,
+                      algo: str | None = None) -> Work | None:
+    """torch 2.13's preferred name for all_gather_into_tensor."""
+    return all_gather_into_tensor(output_tensor, input_tensor, group, async_op, algo=algo)
+
+
+def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
+                          group: dist.ProcessGroup | None = None, async_op: bool = False, *,
+                          algo: str | None = None) -> Work | None:
+    """torch 2.13's preferred name for reduce_scatter_tensor."""
+    return reduce_scatter_tensor(output, input, op, group, async_op, algo=algo)
+
+
+def plan_for(collective: str, tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+             algo: str | None = None) -> Plan:
+    """The plan hocc would run for `collective` on `tensor` (per-rank count: the
+    all_reduce tensor, the all_gather input, the reduce_scatter output)."""
+    g = v.resolve_group(group, "plan_for")
+    cfg = get_config()
+    algo = v.check_algo(algo if algo is not None else cfg.algo, "plan_for")
+    return _engine(g, tensor.device).plan(collective, tensor.numel(), tensor.element_size(), algo, cfg)
+
+
+def last_plan(group: dist.ProcessGroup | None = None, device: str = "cpu") -> Plan | None:
+    """The plan of this rank's latest call on `group` (None before any)."""
+    g = v.resolve_group(group, "last_plan")
+    return _engine(g, torch.device(device)).last_plan
+
+
+# -- helpers -----------------------------------------------------------------
+def _wait(work: object) -> None:
+    if work is not None:
+        work.wait()  # type: ignore[attr-defined]
+
+
+def _check_list(tensors: list[torch.Tensor], like: torch.Tensor, world: int, what: str, fn: str) -> None:
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != world:
+        got = len(tensors) if isinstance(tensors, (list, tuple)) else type(tensors).__name__
+        raise v.HoccError(f"hocc.{fn}: {what} must be a list of {world} tensors (one per rank), got {got}")
+    for i, t in enumerate(tensors):
+        v.check_tensor(t, f"{what}[{i}]", fn)
+        v.check_same([like, t], ["tensor", f"{what}[{i}]"], fn)
+        if t.numel() != like.numel():
+            raise v.HoccError(f"hocc.{fn}: {what}[{i}] has {t.numel()} elements, expected {like.numel()} "
+                              "like the other tensor; hocc needs equal sizes")
+
+
+def _split_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    n = flat.numel() // max(len(tensors), 1)
+    for i, t in enumerate(tensors):
+        t.view(-1).copy_(flat[i * n:(i + 1) * n])
+
+
+def _then(work: Work, after: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
+    """A Work that runs `after` once `work` finished."""
+    from concurrent.futures import Future
+
+    fut: Future[None] = Future()
+
+    def done(_: object) -> None:
+        try:
+            work.wait()
+            after()
+            fut.set_result(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiter
+            fut.set_exception(e)
+
+    work._fut.add_done_callback(done)
+    out = Work(fut, result)
+    if async_op:
+        return out
+    out.wait()
+    return None

@@ -1,0 +1,85 @@
+"""Settings in one typed object; environment variables only override defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from hocc.plan.cost import CostParams
+from hocc.plan.planner import PlannerConfig
+from hocc.plan.types import ALGOS
+
+ALGO_CHOICES = ALGOS + ("auto",)
+
+
+@dataclass(frozen=True)
+class Config:
+    """algo: default algorithm for calls that do not pass one.
+    topology: a HOCC_TOPOLOGY spec; None detects hosts from hostnames.
+    debug: log each call's plan choice (and why) to stderr.
+    planner: pipeline-depth bounds and cost-model parameters."""
+
+    algo: str = "auto"
+    topology: str | None = None
+    debug: bool = False
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> Config:
+        env = dict(os.environ if env is None else env)
+        cfg = Config()
+        if "HOCC_ALGO" in env:
+            algo = env["HOCC_ALGO"].strip()
+            if algo not in ALGO_CHOICES:
+                raise ValueError(f"HOCC_ALGO={algo!r} is not one of {ALGO_CHOICES}")
+            cfg = replace(cfg, algo=algo)
+        if env.get("HOCC_TOPOLOGY"):
+            cfg = replace(cfg, topology=env["HOCC_TOPOLOGY"])
+        if env.get("HOCC_DEBUG", "0") not in ("", "0", "false", "False"):
+            cfg = replace(cfg, debug=True)
+        planner = cfg.planner
+        if env.get("HOCC_CHUNKS"):
+            planner = replace(planner, chunks=_positive_int(env, "HOCC_CHUNKS"))
+        if env.get("HOCC_MIN_CHUNK_BYTES"):
+            planner = replace(planner, min_chunk_bytes=_positive_int(env, "HOCC_MIN_CHUNK_BYTES"))
+        if env.get("HOCC_MAX_CHUNKS"):
+            planner = replace(planner, max_chunks=_positive_int(env, "HOCC_MAX_CHUNKS"))
+        return replace(cfg, planner=planner)
+
+
+def _positive_int(env: dict[str, str], name: str) -> int:
+    try:
+        val = int(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} must be a positive integer") from None
+    if val < 1:
+        raise ValueError(f"{name}={val} must be a positive integer")
+    return val
+
+
+_config: Config | None = None
+
+
+def get_config() -> Config:
+    global _config
+    if _config is None:
+        _config = Config.from_env()
+    return _config
+
+
+def configure(**changes: object) -> Config:
+    """Change settings for this process, e.g. hocc.configure(algo="ho_ring")."""
+    global _config
+    cfg = get_config()
+    if "algo" in changes and changes["algo"] not in ALGO_CHOICES:
+        raise ValueError(f"algo={changes['algo']!r} is not one of {ALGO_CHOICES}")
+    _config = replace(cfg, **changes)  # type: ignore[arg-type]
+    return _config
+
+
+def reset_config() -> None:
+    global _config
+    _config = None
+
+
+__all__ = ["ALGO_CHOICES", "Config", "CostParams", "PlannerConfig", "configure", "get_config", "reset_config"]

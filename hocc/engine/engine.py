@@ -1,0 +1,138 @@
+"""One engine per (process group, device type): the group's topology, its
+cached sub-groups and plans, and a single worker that runs calls in the order
+they were made (every rank issues the same collectives in the same order,
+which is what keeps sub-group traffic matched across ranks)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hocc.config import Config
+from hocc.engine.executor import Executor
+from hocc.engine.subgroups import SubgroupCache, group_timeout
+from hocc.engine.work import Work
+from hocc.plan.planner import make_plan
+from hocc.plan.types import Plan
+from hocc.topology import Topology, from_hostnames, parse_spec
+
+log = logging.getLogger("hocc")
+
+
+def resolve_topology(group: dist.ProcessGroup, cfg: Config) -> Topology:
+    """The group's topology, renumbered by group rank: from the HOCC_TOPOLOGY
+    spec (which describes the world) if set, else from the ranks' hostnames."""
+    ranks = dist.get_process_group_ranks(group)
+    if cfg.topology:
+        world = parse_spec(cfg.topology)
+        if world.world_size != dist.get_world_size():
+            raise ValueError(f"HOCC_TOPOLOGY={cfg.topology!r} describes {world.world_size} ranks but the "
+                             f"world has {dist.get_world_size()}; give a spec with that many ranks")
+        return world.restrict(ranks)
+    names: list[Any] = [None] * len(ranks)
+    dist.all_gather_object(names, socket.gethostname(), group=group)
+    return from_hostnames([str(n) for n in names])
+
+
+class Engine:
+    def __init__(self, group: dist.ProcessGroup, device: torch.device, cfg: Config) -> None:
+        self.group = group
+        self.device = device
+        self.cfg = cfg
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.topology = resolve_topology(group, cfg)
+        self.subgroups = SubgroupCache(group, device, group_timeout(group, device))
+        self.executor = Executor(self.subgroups)
+        self.last_plan: Plan | None = None
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
+        self._lock = threading.Lock()
+        self._outstanding = 0
+
+    def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
+        key = (collective, count, elem_size, algo, cfg.planner)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = make_plan(collective, count, elem_size, self.topology, algo, cfg.planner)
+            if len(self._plans) > 4096:
+                self._plans.clear()
+            self._plans[key] = plan
+        if cfg.debug:
+            log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), plan.summary())
+        self.last_plan = plan
+        return plan
+
+    def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
+        """Run `job` after every earlier call of this engine; block unless async_op."""
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        with self._lock:
+            inline = not async_op and self._outstanding == 0
+            if not inline:
+                self._outstanding += 1
+        if inline:
+            with self._on_stream(stream):
+                job()
+            return None
+        fut: Future[None] = self._worker.submit(self._run_job, job, stream)
+        work = Work(fut, result)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def _run_job(self, job: Callable[[], None], stream: Any) -> None:
+        try:
+            with self._on_stream(stream):
+                job()
+        finally:
+            with self._lock:
+                self._outstanding -= 1
+
+    @contextlib.contextmanager
+    def _on_stream(self, stream: Any) -> Iterator[None]:
+        if stream is None:
+            yield
+        else:
+            with torch.cuda.stream(stream):
+                yield
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+        self.executor.close()
+
+
+_engines: dict[tuple[int, str], Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config) -> Engine:
+    key = (id(group), device.type)
+    with _engines_lock:
+        eng = _engines.get(key)
+        if eng is not None and eng.group is group and eng.cfg.topology == cfg.topology:
+            return eng
+    eng = Engine(group, device, cfg)
+    with _engines_lock:
+        old = _engines.get(key)
+        _engines[key] = eng
+    if old is not None:
+        old.close()
+    return eng
+
+
+def reset_engines() -> None:
+    """Forget every engine (after destroy_process_group, or to apply new settings)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for e in engines:
+        e.close()

@@ -1,0 +1,123 @@
+"""Carries out a plan on one rank's work buffer. Decides nothing.
+
+Steps run as a wavefront: at tick t, stage s of chunk t-s is launched once
+stage s-1 of that chunk has ended; all launches are asynchronous, so every
+stage of the pipeline (and every group of a step) is in flight at once.
+Native steps are the backend's async collectives on cached sub-groups (for
+NCCL, waiting makes the current stream wait, so the CPU never blocks); ring
+steps run point-to-point on a helper thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from hocc.engine.reduce import wire_op
+from hocc.engine.ring_p2p import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from hocc.engine.subgroups import SubgroupCache
+from hocc.plan.types import GroupSlice, Plan, Step
+
+
+def stage_tag(step: Step) -> str:
+    """Sub-groups are per stage, so one stage's queue never holds up another's."""
+    return f"s{step.stage}"
+
+
+class Handle(Protocol):
+    def wait(self) -> None: ...
+
+
+class _NativeHandle:
+    def __init__(self, work: Any, finalize: Callable[[], None] | None = None) -> None:
+        self.work, self.finalize = work, finalize
+
+    def wait(self) -> None:
+        self.work.wait()
+        if self.finalize is not None:
+            self.finalize()
+            self.finalize = None
+
+
+class _ThreadHandle:
+    def __init__(self, fut: Future[None]) -> None:
+        self.fut = fut
+
+    def wait(self) -> None:
+        self.fut.result()
+
+
+class Executor:
+    def __init__(self, subgroups: SubgroupCache) -> None:
+        self.subgroups = subgroups
+        self.rank = subgroups.rank
+        self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hocc-ring")
+
+    def prepare(self, plan: Plan) -> None:
+        """Create the sub-groups the plan needs (collective over their members)."""
+        self.subgroups.ensure([(stage_tag(s), g.ranks) for s in plan.steps for g in s.groups if len(g.ranks) > 1])
+
+    def run(self, plan: Plan, work: torch.Tensor, op: str) -> None:
+        mine = {(s.stage, s.chunk): s for s in plan.steps}
+        pending: dict[tuple[int, int], Handle] = {}
+        try:
+            for t in range(plan.chunks + plan.stages - 1):
+                for s in range(plan.stages):
+                    k = t - s
+                    if not 0 <= k < plan.chunks:
+                        continue
+                    if (s - 1, k) in pending:
+                        pending.pop((s - 1, k)).wait()
+                    step = mine.get((s, k))
+                    group = step.group_of(self.rank) if step else None
+                    if step is not None and group is not None and len(group.ranks) > 1:
+                        pending[(s, k)] = self._launch(step, group, work, op)
+            for key in sorted(pending):
+                pending.pop(key).wait()
+        finally:
+            for h in pending.values():  # after an error: let in-flight ops end before the buffer is freed
+                try:
+                    h.wait()
+                except Exception:  # noqa: BLE001 - the first error is the one raised
+                    pass
+
+    def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str) -> Handle:
+        pg = self.subgroups.get(stage_tag(step), g.ranks)
+        me, n = g.ranks.index(self.rank), len(g.ranks)
+        if step.impl == "ring":
+            return _ThreadHandle(self._threads.submit(self._ring, step, g, pg, work, op, me, n))
+        if step.op == "all_reduce":
+            region = work[g.offset:g.offset + g.seg]
+            opts = dist.AllreduceOptions()
+            opts.reduceOp = wire_op(op)
+            return _NativeHandle(pg.allreduce([region], opts))
+        region = work[g.offset:g.offset + n * g.seg]
+        mine = work[g.offset + me * g.seg:g.offset + (me + 1) * g.seg]
+        if step.op == "reduce_scatter":
+            out = torch.empty_like(mine)  # the backend must not read and write the same memory
+            ropts = dist.ReduceScatterOptions()
+            ropts.reduceOp = wire_op(op)
+            return _NativeHandle(pg._reduce_scatter_base(out, region, ropts), lambda: mine.copy_(out))
+        if step.op == "all_gather":
+            return _NativeHandle(pg._allgather_base(region, mine.clone()))
+        raise ValueError(f"unknown plan op {step.op!r}")
+
+    @staticmethod
+    def _ring(step: Step, g: GroupSlice, pg: dist.ProcessGroup, work: torch.Tensor, op: str,
+              me: int, n: int) -> None:
+        tag = step.chunk
+        if step.op == "all_reduce":
+            ring_all_reduce(pg, work[g.offset:g.offset + g.seg], me, n, op, tag)
+            return
+        segs = [work[g.offset + i * g.seg:g.offset + (i + 1) * g.seg] for i in range(n)]
+        if step.op == "reduce_scatter":
+            ring_reduce_scatter(pg, segs, me, op, tag)
+        else:
+            ring_all_gather(pg, segs, me, tag)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False)

@@ -1,0 +1,49 @@
+"""Reduction ops and dtypes: what hocc accepts, and local reductions for ring steps."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.int8, torch.int32, torch.int64, torch.uint8,
+)
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+OP_NAMES = {
+    dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max", dist.ReduceOp.PRODUCT: "product",
+}
+
+
+def op_name(op: object) -> str:
+    """'sum', 'avg', ... for a ReduceOp (or its RedOpType), else ValueError."""
+    for known, name in OP_NAMES.items():
+        try:
+            if op == known:
+                return name
+        except TypeError:
+            continue
+    supported = ", ".join(f"ReduceOp.{n.upper()}" for n in OP_NAMES.values())
+    raise ValueError(f"unsupported reduction op {op!r}; hocc supports {supported}")
+
+
+def wire_op(name: str) -> dist.ReduceOp:
+    """The op that travels between ranks: AVG is a SUM divided once at the end."""
+    return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
+            "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}[name]
+
+
+def reduce_into(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
+    """dst = dst (op) src, elementwise, in place."""
+    if name in ("sum", "avg"):
+        dst.add_(src)
+    elif name == "product":
+        dst.mul_(src)
+    elif name == "min":
+        torch.minimum(dst, src, out=dst)
+    elif name == "max":
+        torch.maximum(dst, src, out=dst)
+    else:  # pragma: no cover - names are validated before any step runs
+        raise ValueError(name)

@@ -1,0 +1,59 @@
+"""The object an async hocc call returns, shaped like torch.distributed's Work."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+
+class Work:
+    """wait(), is_completed(), is_success(), exception() and get_future(), as c10d's
+    Work has them. An error in the collective is raised by wait()."""
+
+    def __init__(self, fut: Future[Any], result: list[torch.Tensor]) -> None:
+        self._fut = fut
+        self._result = result
+        self._torch_fut: torch.futures.Future[Any] | None = None
+
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        secs = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        self._fut.result(timeout=secs)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        return self._fut.done() and self._fut.exception() is None
+
+    def exception(self) -> BaseException | None:
+        return self._fut.exception() if self._fut.done() else None
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        """A torch.futures.Future that completes with the output tensors."""
+        if self._torch_fut is None:
+            tf: torch.futures.Future[Any] = torch.futures.Future()
+
+            def done(f: Future[Any]) -> None:
+                exc = f.exception()
+                if exc is not None:
+                    tf.set_exception(exc)
+                else:
+                    tf.set_result(self._result)
+
+            self._fut.add_done_callback(done)
+            self._torch_fut = tf
+        return self._torch_fut
+
+
+def completed(result: list[torch.Tensor]) -> Work:
+    fut: Future[Any] = Future()
+    fut.set_result(None)
+    return Work(fut, result)
