@@ -17,6 +17,9 @@ from hocc.engine.work import Work
 from hocc.plan.types import Plan
 
 ReduceOp = dist.ReduceOp
+# torch 2.13 prefers the *_single names and warns on the older ones
+_dist_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_dist_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
 
 def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
@@ -73,7 +76,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     v.check_same([output_tensor, input_tensor], ["output_tensor", "input_tensor"], fn)
     v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
     return _run("all_gather", fn, input_tensor, output_tensor, input_tensor.numel(), "sum", g, async_op, algo,
-                lambda: _wait(dist.all_gather_into_tensor(output_tensor, input_tensor, group=g, async_op=True)))
+                lambda: _wait(_dist_all_gather(output_tensor.view(-1), input_tensor.view(-1), group=g,
+                                              async_op=True)))
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
@@ -88,7 +92,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
     name = v.check_op(op, input.dtype, fn)
     return _run("reduce_scatter", fn, input, output, output.numel(), name, g, async_op, algo,
-                lambda: _wait(dist.reduce_scatter_tensor(output, input, op=op, group=g, async_op=True)))
+                lambda: _wait(_dist_reduce_scatter(output.view(-1), input.view(-1), op=op, group=g,
+                                                  async_op=True)))
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None,

@@ -1,0 +1,34 @@
+# Set-up and entry points. `make demo` and `make test` work on a fresh machine:
+# they create .venv, install torch==2.13.0 (the CPU build on this machine's
+# disk), then hocc in editable mode with its dev extras.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hocc-installed
+
+.PHONY: venv demo demo-cluster test lint clean
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m hocc.bench --nprocs 8 --topology 2x4 -b 64K -e 4M -f 4 -n 5 -w 2 -c 1 \
+		--op all_reduce,all_gather,reduce_scatter --algo native,ho_ring
+
+demo-cluster: $(STAMP)
+	$(VENV)/bin/python bench/cluster.py 2x4 -- -b 1M -e 64M -f 4 -n 5 -w 2 -c 1 --algo native,ho_ring,auto
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check hocc tests bench
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check hocc tests bench
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,69 @@
+"""Multi-process correctness on gloo: every collective x algorithm x dtype x
+reduction op x size, on each named topology and on sub-groups, against
+torch.distributed's own result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import hocc
+from tests.cases import check_all, check_list_forms
+from tests.worlds import run_world
+
+
+def _world_body(rank: int, world: int, spec: str) -> None:
+    cases = check_all(rank, world)
+    check_list_forms(rank, world)
+    plan = hocc.plan_for("all_reduce", torch.empty(1 << 16), algo="ho_ring")
+    assert plan.algo == ("ring" if "+" in spec else "ho_ring"), plan.summary()
+    assert cases > 300
+
+
+@pytest.mark.parametrize("spec,chunks", [
+    ("2x4", "3"), ("4x2", ""), ("2x4:scattered", "2"), ("2x2x2", "2"), ("3+5", ""),
+])
+def test_eight_ranks(spec: str, chunks: str) -> None:
+    env = {"HOCC_TOPOLOGY": spec}
+    if chunks:
+        env["HOCC_CHUNKS"] = chunks
+    run_world(8, _world_body, spec, env=env)
+
+
+def _subgroups_body(rank: int, world: int) -> None:
+    uniform = dist.new_group([1, 2, 5, 6])      # 2 hosts x 2 ranks of the 2x4 world
+    uneven = dist.new_group([0, 1, 2, 4, 5])    # hosts of 3 and 2 ranks
+    small = (torch.float32, torch.int64, torch.bfloat16)
+    if rank in (1, 2, 5, 6):
+        plan = hocc.plan_for("all_reduce", torch.empty(1 << 12), group=uniform, algo="ho_ring")
+        assert plan.algo == "ho_ring" and plan.meta["radices"] == [2, 2], plan.describe()
+        check_all(rank, world, group=uniform, dtypes=small)
+        check_list_forms(rank, world, group=uniform)
+    if rank in (0, 1, 2, 4, 5):
+        plan = hocc.plan_for("all_reduce", torch.empty(1 << 12), group=uneven, algo="ho_ring")
+        assert plan.algo == "ring" and "3+2" in plan.reason, plan.reason
+        check_all(rank, world, group=uneven, dtypes=small)
+    dist.barrier()
+
+
+def test_subgroups() -> None:
+    run_world(8, _subgroups_body, env={"HOCC_TOPOLOGY": "2x4", "HOCC_CHUNKS": "2"})
+
+
+def _four_body(rank: int, world: int) -> None:
+    check_all(rank, world, dtypes=(torch.float32, torch.int32, torch.float16), sizes=(1, 3, 4, 5, 37))
+    check_list_forms(rank, world)
+
+
+@pytest.mark.parametrize("spec", ["2x2", "4", "4x1"])
+def test_four_ranks(spec: str) -> None:
+    run_world(4, _four_body, env={"HOCC_TOPOLOGY": spec, "HOCC_CHUNKS": "4"})
+
+
+def _one_body(rank: int, world: int) -> None:
+    check_all(rank, world, dtypes=(torch.float32, torch.int64), sizes=(1, 5))
+
+
+def test_world_of_one() -> None:
+    run_world(1, _one_body, env={"HOCC_TOPOLOGY": "1"})

@@ -1,0 +1,46 @@
+"""Spawn a real gloo world of N CPU processes and run a function on every rank.
+
+Spawning costs seconds, so each test runs many cases inside one world. A rank
+that raises fails the test with its traceback (torch.multiprocessing reports it
+and ends the other ranks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: float,
+           fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    os.environ.update(env)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    try:
+        fn(rank, world, *args)
+    finally:
+        import hocc
+
+        hocc.reset_engines()
+        dist.destroy_process_group()
+
+
+def run_world(world: int, fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
+              timeout_s: float = 300.0) -> None:
+    """Run fn(rank, world, *args) on `world` spawned gloo ranks."""
+    mp.spawn(_entry, args=(world, free_port(), dict(env or {}), timeout_s, fn, args), nprocs=world, join=True)
