@@ -9,7 +9,7 @@ from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.types import ALGOS
 
-ALGO_CHOICES = ALGOS + ("auto",)
+ALGO_CHOICES = (*ALGOS, "auto")
 
 
 @dataclass(frozen=True)

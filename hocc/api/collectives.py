@@ -12,7 +12,6 @@ from hocc.api import validate as v
 from hocc.config import get_config
 from hocc.engine.engine import Engine, get_engine
 from hocc.engine.layout import pack, unpack
-from hocc.engine.reduce import wire_op
 from hocc.engine.work import Work
 from hocc.plan.types import Plan
 

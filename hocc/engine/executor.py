@@ -10,6 +10,7 @@ steps run point-to-point on a helper thread.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
@@ -80,10 +81,8 @@ class Executor:
                 pending.pop(key).wait()
         finally:
             for h in pending.values():  # after an error: let in-flight ops end before the buffer is freed
-                try:
+                with contextlib.suppress(Exception):  # the first error is the one raised
                     h.wait()
-                except Exception:  # noqa: BLE001 - the first error is the one raised
-                    pass
 
     def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str) -> Handle:
         pg = self.subgroups.get(stage_tag(step), g.ranks)

@@ -11,13 +11,16 @@ each other in opposite orders.
 
 from __future__ import annotations
 
-import itertools
+from collections import Counter
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-_generation = itertools.count()
+# How many caches this process made per parent group: part of the store prefix,
+# so a rebuilt engine never meets its predecessor's keys. Counted per group (not
+# globally) because ranks use different sets of groups.
+_generations: Counter[str] = Counter()
 
 
 class SubgroupCache:
@@ -28,7 +31,9 @@ class SubgroupCache:
         self.global_ranks: list[int] = dist.get_process_group_ranks(group)
         self.rank: int = dist.get_rank(group)
         self.backend = group._get_backend(device)
-        self.prefix = f"hocc/{group.group_name}/{device.type}/{next(_generation)}"
+        key = f"{group.group_name}/{device.type}"
+        self.prefix = f"hocc/{key}/{_generations[key]}"
+        _generations[key] += 1
         self.store = dist.distributed_c10d._get_default_store()
         self._pgs: dict[tuple[str, tuple[int, ...]], dist.ProcessGroup] = {}
 

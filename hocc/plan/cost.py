@@ -47,7 +47,7 @@ def _edge_links(a: int, b: int, places: _Places) -> tuple[str, list[tuple[str, s
     links = [("nic_out", ha), ("nic_in", hb)]
     sa, sb = places.switch[a], places.switch[b]
     if sa != sb:
-        return "trunk", links + [("trunk_out", sa), ("trunk_in", sb)]
+        return "trunk", [*links, ("trunk_out", sa), ("trunk_in", sb)]
     return "nic", links
 
 

@@ -57,8 +57,8 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
     cfg = cfg or PlannerConfig()
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
-    if algo not in ALGOS + ("auto",):
-        raise ValueError(f"unknown algo {algo!r}; expected one of {ALGOS + ('auto',)}")
+    if algo not in (*ALGOS, "auto"):
+        raise ValueError(f"unknown algo {algo!r}; expected one of {(*ALGOS, 'auto')}")
     native = build_native(collective, topo.world_size, count, ring_tier(topo))
     native.predicted_s = predict(native, topo, elem_size, cfg.params)
     if algo == "native":

@@ -31,6 +31,7 @@ class Topology:
 
     def __init__(self, hosts: Sequence[HostInfo], links: LinkModel | None = None) -> None:
         self.links = links or LinkModel()
+        self._hosts: list[HostInfo] | None = None
         self.graph: nx.Graph = nx.Graph()
         self.graph.add_node(("core", "core"), kind="core")
         seen: set[int] = set()
@@ -60,6 +61,11 @@ class Topology:
 
     def host_infos(self) -> list[HostInfo]:
         """Hosts with their ranks sorted, ordered switch by switch, then by lowest rank."""
+        if self._hosts is None:
+            self._hosts = self._collect_hosts()
+        return list(self._hosts)
+
+    def _collect_hosts(self) -> list[HostInfo]:
         out = []
         for sw in self._switch_names():
             hosts = [n[1] for n in self.graph.neighbors(("switch", sw)) if n[0] == "host"]
@@ -76,6 +82,8 @@ class Topology:
                    for n in self.graph.neighbors(h) if n[0] == "rank")
 
     def host_of(self, rank: int) -> str:
+        if ("rank", rank) not in self.graph:
+            raise KeyError(f"rank {rank} is not in this topology of {self.world_size} ranks")
         for n in self.graph.neighbors(("rank", rank)):
             if n[0] == "host":
                 return str(n[1])

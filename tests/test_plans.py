@@ -1,0 +1,168 @@
+"""Plans as data: the symbolic simulator over hundreds of random hierarchies,
+the simulator's own ability to catch broken plans, serialization, and the
+cost model / planner on hand-checked cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from hocc.plan import Plan, PlanError, PlannerConfig, link_bound, make_plan, predict, simulate
+from hocc.plan.cost import _Places, step_load
+from hocc.plan.ho_ring import build_ho_ring
+from hocc.plan.ring import build_ring
+from hocc.topology import HostInfo, Topology, parse_spec, uniform
+
+COLLS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def random_topology(rng: random.Random) -> Topology:
+    """Uniform or not, one to three levels, block / scattered / shuffled placement,
+    sometimes a random sub-group of it."""
+    kind = rng.choice(["uniform", "uniform", "three", "uneven", "shuffled"])
+    if kind == "uneven":
+        sizes = [rng.randint(1, 5) for _ in range(rng.randint(1, 5))]
+        ranks = list(range(sum(sizes)))
+        rng.shuffle(ranks)
+        hosts, start = [], 0
+        for i, n in enumerate(sizes):
+            hosts.append(HostInfo(f"h{i}", "s0", tuple(ranks[start:start + n])))
+            start += n
+        topo = Topology(hosts)
+    elif kind == "three":
+        s, h, g = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 4)
+        topo = uniform(s * h, g, s, rng.choice(["block", "scattered"]))
+    elif kind == "shuffled":
+        h, g = rng.randint(1, 4), rng.randint(1, 4)
+        ranks = list(range(h * g))
+        rng.shuffle(ranks)
+        topo = Topology([HostInfo(f"h{i}", "s0", tuple(ranks[i * g:(i + 1) * g])) for i in range(h)])
+    else:
+        topo = uniform(rng.randint(1, 5), rng.randint(1, 5), 1, rng.choice(["block", "scattered"]))
+    if rng.random() < 0.3 and topo.world_size > 1:
+        members = rng.sample(range(topo.world_size), rng.randint(1, topo.world_size))
+        topo = topo.restrict(members)
+    return topo
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_hierarchies(seed: int) -> None:
+    rng = random.Random(seed)
+    topo = random_topology(rng)
+    coll = COLLS[seed % 3]
+    count = rng.choice([0, 1, 2, 3, 5, 7, 11, 16, 31, 64, 101])
+    chunks = rng.choice([1, 2, 3, 5])
+    plan = build_ho_ring(coll, topo, count, chunks)
+    if plan is not None:
+        simulate(plan, seed)
+        simulate(Plan.from_json(plan.to_json()), seed + 1)
+    simulate(build_ring(coll, topo, count), seed)
+    for algo in ("auto", "native", "ring", "ho_ring"):
+        simulate(make_plan(coll, count, 4, topo, algo, PlannerConfig(min_chunk_bytes=8)), seed)
+
+
+def test_ho_ring_exists_exactly_for_uniform_hierarchies() -> None:
+    assert build_ho_ring("all_reduce", parse_spec("3+5"), 10, 1) is None
+    assert build_ho_ring("all_reduce", parse_spec("2x2x2"), 10, 1) is not None
+    plan = make_plan("all_reduce", 1000, 4, parse_spec("3+5"), "ho_ring")
+    assert plan.algo == "ring" and "3+5" in plan.reason
+
+
+def _break(plan: Plan, how: str) -> Plan:
+    steps = list(plan.steps)
+    s = steps[0]
+    g = s.groups[0]
+    if how == "offset":
+        g = dataclasses.replace(g, offset=g.offset + 1)
+    elif how == "members":
+        g = dataclasses.replace(g, ranks=g.ranks[1:] + g.ranks[:1])
+        s = dataclasses.replace(s, impl="ring")
+    elif how == "drop":
+        steps.pop()
+        return dataclasses.replace(plan, steps=steps)
+    elif how == "race":
+        s = dataclasses.replace(steps[-1], chunk=0)
+        steps[-1] = s
+        return dataclasses.replace(plan, steps=steps)
+    steps[0] = dataclasses.replace(s, groups=(g, *s.groups[1:]))
+    return dataclasses.replace(plan, steps=steps)
+
+
+@pytest.mark.parametrize("how", ["offset", "members", "drop", "race"])
+@pytest.mark.parametrize("coll", COLLS)
+def test_simulator_catches_broken_plans(coll: str, how: str) -> None:
+    plan = build_ho_ring(coll, parse_spec("2x2x2"), 24, 2)
+    assert plan is not None
+    simulate(plan)
+    with pytest.raises(PlanError):
+        simulate(_break(plan, how))
+
+
+def test_plan_json_roundtrip() -> None:
+    plan = make_plan("reduce_scatter", 1000, 2, parse_spec("2x4:scattered"), "ho_ring",
+                     PlannerConfig(chunks=3))
+    again = Plan.from_json(plan.to_json())
+    assert again == plan and again.chunks == 3
+    assert "stage 1 chunk 2" in plan.describe()
+
+
+def test_inter_host_bytes_match_the_design() -> None:
+    """HO-RING.md: per host, inter-host bytes 2(N-1)/N*S for ho_ring all-reduce
+    against 2(W-1)/W*S for the flat ring."""
+    topo = parse_spec("2x4")
+    places = _Places(topo)
+    S = 8 * 1024
+    ho = build_ho_ring("all_reduce", topo, S, 1)
+    assert ho is not None
+    nic = sum(step_load(s, 1, topo, places, PlannerConfig().params)[0].get(("nic_out", "host0"), 0.0)
+              for s in ho.steps)
+    assert nic == pytest.approx(2 * (2 - 1) / 2 * S)
+    ring = build_ring("all_reduce", topo, S)
+    nic_ring = sum(step_load(s, 1, topo, places, PlannerConfig().params)[0].get(("nic_out", "host0"), 0.0)
+                   for s in ring.steps)
+    assert nic_ring == pytest.approx(2 * (8 - 1) / 8 * S)
+    rs = build_ho_ring("reduce_scatter", topo, S // 8, 1)
+    assert rs is not None
+    nic_rs = sum(step_load(s, 1, topo, places, PlannerConfig().params)[0].get(("nic_out", "host0"), 0.0)
+                 for s in rs.steps)
+    assert nic_rs == pytest.approx((2 - 1) / 2 * S)
+
+
+def test_flow_sharing_on_one_nic() -> None:
+    """G rails leaving one host share its NIC: a step's NIC time grows with G."""
+    one = predict(build_ho_ring("all_gather", parse_spec("2x1"), 1 << 20, 1), parse_spec("2x1"), 4)  # type: ignore[arg-type]
+    four = predict(build_ho_ring("all_gather", parse_spec("2x4"), 1 << 20, 1), parse_spec("2x4"), 4)  # type: ignore[arg-type]
+    assert four > 3.5 * one
+
+
+def test_pipelining_helps_when_stages_balance() -> None:
+    topo = parse_spec("2x4@nic=1gbit,host=4gbit")  # host stages (both on loopback) ~ rail stage
+    k1 = predict(build_ho_ring("all_reduce", topo, 1 << 24, 1), topo, 4)  # type: ignore[arg-type]
+    k8 = predict(build_ho_ring("all_reduce", topo, 1 << 24, 8), topo, 4)  # type: ignore[arg-type]
+    assert k8 < 0.8 * k1
+
+
+def test_auto_choices() -> None:
+    big = 16 << 20
+    assert make_plan("all_reduce", big, 4, parse_spec("2x4"), "auto").algo == "ho_ring"
+    assert make_plan("all_reduce", big, 4, parse_spec("2x4:scattered"), "auto").algo == "ho_ring"
+    assert make_plan("all_reduce", big, 4, parse_spec("8"), "auto").algo == "native"
+    assert make_plan("all_gather", 16, 4, parse_spec("8"), "auto").algo == "native"
+    uneven = make_plan("all_reduce", big, 4, parse_spec("3+5"), "auto")
+    assert uneven.algo in ("native", "ring") and "auto" in uneven.reason
+
+
+def test_link_bound() -> None:
+    topo = parse_spec("2x4")
+    assert link_bound("all_reduce", 25_000_000, topo) == pytest.approx(1.0)
+    assert link_bound("all_gather", 25_000_000, topo) == pytest.approx(0.5)
+    assert link_bound("all_reduce", 1, parse_spec("8")) is None
+
+
+def test_unknown_names() -> None:
+    with pytest.raises(ValueError, match="unknown algo"):
+        make_plan("all_reduce", 4, 4, parse_spec("2x2"), "tree")
+    with pytest.raises(ValueError, match="unknown collective"):
+        make_plan("broadcast", 4, 4, parse_spec("2x2"), "auto")
