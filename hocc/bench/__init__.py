@@ -1,0 +1,1 @@
+"""hocc-bench: nccl-tests-style bandwidth benchmark (see cli.py)."""

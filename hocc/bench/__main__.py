@@ -1,0 +1,3 @@
+from hocc.bench.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""One entry per collective, as nccl-tests has one file each: how a size maps
+to per-rank counts, the input data, the expected result, and the bus-bandwidth
+factor (HO-RING.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+import hocc
+
+OP_NAMES = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+            "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+
+
+def value(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Small integers, exact in every dtype and under every op for 8+ ranks."""
+    idx = torch.arange(n, dtype=torch.int64)
+    return ((idx * 3 + rank * 7) % 5 + 1).to(dtype)
+
+
+def reduce_ref(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    x = torch.stack([t.double() for t in tensors])
+    if op == "sum":
+        return x.sum(0)
+    if op == "avg":
+        return x.mean(0)
+    if op == "prod":
+        return x.prod(0)
+    if op == "min":
+        return x.min(0).values
+    return x.max(0).values
+
+
+@dataclass(frozen=True)
+class BenchCollective:
+    name: str
+    busbw_factor: Callable[[int], float]
+    reduces: bool
+
+    def counts(self, size: int, elem: int, world: int) -> tuple[int, int]:
+        """(elements per rank in, out) for a buffer of `size` bytes (nccl-tests' size column)."""
+        total = size // elem
+        if self.name == "all_reduce":
+            return total, total
+        per = total // world
+        return (per, per * world) if self.name == "all_gather" else (per * world, per)
+
+    def buffers(self, size: int, dtype: torch.dtype, world: int, rank: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        elem = torch.empty(0, dtype=dtype).element_size()
+        n_in, n_out = self.counts(size, elem, world)
+        inp = value(rank, n_in, dtype).to(device)
+        out = inp if self.name == "all_reduce" else torch.empty(n_out, dtype=dtype, device=device)
+        return inp, out
+
+    def launch(self, inp: torch.Tensor, out: torch.Tensor, op: str, algo: str, async_op: bool = False) -> object:
+        rop = OP_NAMES[op]
+        if self.name == "all_reduce":
+            return hocc.all_reduce(inp, op=rop, async_op=async_op, algo=algo)
+        if self.name == "all_gather":
+            return hocc.all_gather_single(out, inp, async_op=async_op, algo=algo)
+        return hocc.reduce_scatter_single(out, inp, op=rop, async_op=async_op, algo=algo)
+
+    def wrong(self, out: torch.Tensor, op: str, world: int, rank: int) -> int:
+        """Elements of `out` that differ from the expected result (after one
+        call on fresh inputs from `buffers`)."""
+        n = out.numel()
+        got = out.detach().cpu().double()
+        if self.name == "all_reduce":
+            want = reduce_ref([value(r, n, out.dtype) for r in range(world)], op)
+        elif self.name == "all_gather":
+            per = n // world if world else 0
+            want = torch.cat([value(r, per, out.dtype).double() for r in range(world)])
+        else:
+            full = [value(r, n * world, out.dtype)[rank * n:(rank + 1) * n] for r in range(world)]
+            want = reduce_ref(full, op)
+        want = want.to(out.dtype).double()  # the dtype's own rounding of the exact answer
+        tol = 1e-2 if out.dtype in (torch.float16, torch.bfloat16) else 1e-6
+        return int((~torch.isclose(got, want, rtol=tol, atol=tol)).sum().item())
+
+
+COLLECTIVES: dict[str, BenchCollective] = {
+    "all_reduce": BenchCollective("all_reduce", lambda w: 2 * (w - 1) / w, True),
+    "all_gather": BenchCollective("all_gather", lambda w: (w - 1) / w, False),
+    "reduce_scatter": BenchCollective("reduce_scatter", lambda w: (w - 1) / w, True),
+}
+
+
+def bandwidths(collective: str, size: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for `size` bytes in `seconds` (nccl-tests' definitions)."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = size / seconds / 1e9
+    return algbw, algbw * COLLECTIVES[collective].busbw_factor(world)

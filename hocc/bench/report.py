@@ -1,0 +1,141 @@
+"""Output in nccl-tests' shape (table and footer), CSV, JSON and a PNG plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from hocc.bench.runner import Row
+
+FIELDS = ["op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong", "spread"]
+
+
+def _by_key(rows: Sequence[Row]) -> dict[tuple[str, int], dict[str, Row]]:
+    out: dict[tuple[str, int], dict[str, Row]] = {}
+    for r in rows:
+        out.setdefault((r.op, r.size), {})[r.algo] = r
+    return out
+
+
+def table(rows: Sequence[Row], algos: Sequence[str], bounds: dict[tuple[str, int], float] | None = None) -> str:
+    """One line per (op, size); per algorithm: time, algbw, busbw, #wrong."""
+    bounds = bounds or {}
+    buf = io.StringIO()
+    head1 = f"#{'':>12} {'':>12} {'':>8} {'':>6} "
+    head2 = f"#{'size':>12} {'count':>12} {'type':>8} {'redop':>6} "
+    head3 = f"#{'(B)':>12} {'(elements)':>12} {'':>8} {'':>6} "
+    for a in algos:
+        head1 += f"{a:^40}"
+        head2 += f" {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}  "
+        head3 += f" {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}  "
+    if bounds:
+        head1 += f"{'link bound':^12}"
+        head2 += f" {'time':>10}"
+        head3 += f" {'(us)':>10}"
+    current_op = None
+    for (op, size), per in _by_key(rows).items():
+        if op != current_op:
+            current_op = op
+            buf.write(f"#\n# {op}\n{head1.rstrip()}\n{head2.rstrip()}\n{head3.rstrip()}\n")
+        first = next(iter(per.values()))
+        line = f" {size:>12} {first.count:>12} {first.dtype:>8} {first.redop:>6} "
+        for a in algos:
+            r = per.get(a)
+            if r is None:
+                line += f" {'-':>10} {'-':>8} {'-':>8} {'-':>7}  "
+            else:
+                mark = "" if r.ran == r.algo else f"({r.ran[0]})"
+                line += f" {r.time_us:>10.1f} {r.algbw:>8.4f} {r.busbw:>8.4f} {r.wrong:>7}{mark:<2}"
+        if (op, size) in bounds:
+            line += f" {bounds[(op, size)] * 1e6:>10.1f}"
+        buf.write(line.rstrip() + "\n")
+    return buf.getvalue()
+
+
+def footer(rows: Sequence[Row], algos: Sequence[str], bounds: dict[tuple[str, int], float] | None = None) -> str:
+    """Average bus bandwidth per algorithm, each algorithm's ratio to native,
+    and (where known) the fraction of the link bound reached at the largest size."""
+    bounds = bounds or {}
+    lines = [f"# Out of bounds values : {sum(r.wrong for r in rows)} {'OK' if not any(r.wrong for r in rows) else 'FAILED'}"]
+    for a in algos:
+        bw = [r.busbw for r in rows if r.algo == a]
+        if bw:
+            lines.append(f"# Avg bus bandwidth    : {statistics.mean(bw):.4f} GB/s  [{a}]")
+    keyed = _by_key(rows)
+    if "native" in algos:
+        for a in algos:
+            if a == "native":
+                continue
+            for op in dict.fromkeys(r.op for r in rows):
+                ratios = [per[a].busbw / per["native"].busbw for (o, _), per in keyed.items()
+                          if o == op and a in per and "native" in per and per["native"].busbw > 0]
+                if ratios:
+                    largest = max(s for (o, s) in keyed if o == op)
+                    last = keyed[(op, largest)]
+                    at_max = last[a].busbw / last["native"].busbw if last["native"].busbw else 0.0
+                    lines.append(f"# {a} / native busbw  : {op:<15} mean {statistics.mean(ratios):.2f}x, "
+                                 f"at {largest} B {at_max:.2f}x")
+    for (op, size), per in keyed.items():
+        if (op, size) in bounds and size == max(s for (o, s) in keyed if o == op):
+            fr = ", ".join(f"{a} {bounds[(op, size)] / (per[a].time_us * 1e-6):.0%}" for a in algos
+                           if a in per and per[a].time_us > 0)
+            lines.append(f"# fraction of link bound at {size} B, {op}: {fr}")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: Sequence[Row]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS)
+    w.writeheader()
+    for r in rows:
+        w.writerow(r.to_dict())
+    return buf.getvalue()
+
+
+def to_json(rows: Sequence[Row], meta: dict[str, Any], bounds: dict[tuple[str, int], float] | None = None) -> str:
+    bounds = bounds or {}
+    results = []
+    for r in rows:
+        d = r.to_dict()
+        b = bounds.get((r.op, r.size))
+        d["bound_us"] = None if b is None else b * 1e6
+        results.append(d)
+    return json.dumps({"schema": "hocc-bench/1", "meta": meta, "results": results}, indent=1)
+
+
+def plot(rows: Sequence[Row], algos: Sequence[str], path: str, title: str, world: int,
+         bounds: dict[tuple[str, int], float] | None = None) -> None:
+    """busbw against size, one panel per op, one line per algorithm, and the
+    link bound (as the busbw it allows) where known."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hocc.bench.collectives import bandwidths
+
+    bounds = bounds or {}
+    ops = list(dict.fromkeys(r.op for r in rows))
+    fig, axes = plt.subplots(1, len(ops), figsize=(5.2 * len(ops), 4.2), squeeze=False)
+    for ax, op in zip(axes[0], ops, strict=True):
+        for a in algos:
+            pts = sorted((r.size, r.busbw) for r in rows if r.op == op and r.algo == a)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=a)
+        bpts = sorted((s, bandwidths(op, s, t, world)[1]) for (o, s), t in bounds.items() if o == op)
+        if bpts:
+            ax.plot([p[0] for p in bpts], [p[1] for p in bpts], "k--", label="link bound")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(op)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,113 @@
+"""The per-rank benchmark loop: sizes outer, algorithms interleaved inside,
+warm-up, timed iterations, an optional correctness pass, and one row per
+(op, size, algo) agreed across ranks."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import hocc
+from hocc.bench.collectives import COLLECTIVES, bandwidths
+
+
+@dataclass
+class Row:
+    op: str
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    algo: str
+    ran: str  # the algorithm that ran (what auto picked, or a fallback)
+    time_us: float
+    algbw: float
+    busbw: float
+    wrong: int
+    spread: float  # (max - min) / median of the per-iteration times, on the reporting rank
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    algos: tuple[str, ...]
+    dtype: torch.dtype
+    redop: str
+    iters: int
+    warmup: int
+    check: int
+    average: int  # nccl-tests -a: 0 rank 0, 1 mean, 2 min, 3 max over ranks
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _combine(t: float, how: int, device: torch.device) -> float:
+    world = dist.get_world_size()
+    x = torch.tensor([t], dtype=torch.float64, device=device)
+    if how == 0:
+        dist.broadcast(x, 0)
+        return float(x.item())
+    op = {1: dist.ReduceOp.SUM, 2: dist.ReduceOp.MIN, 3: dist.ReduceOp.MAX}[how]
+    dist.all_reduce(x, op=op)
+    return float(x.item()) / (world if how == 1 else 1)
+
+
+def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device) -> Row:
+    coll = COLLECTIVES[op]
+    world, rank = dist.get_world_size(), dist.get_rank()
+    inp, out = coll.buffers(size, spec.dtype, world, rank, device)
+    redop = spec.redop if coll.reduces else "none"
+    wrong = 0
+    if spec.check:
+        coll.launch(inp, out, spec.redop, algo)
+        _sync(device)
+        wrong = coll.wrong(out, spec.redop, world, rank)
+        inp, out = coll.buffers(size, spec.dtype, world, rank, device)
+    for _ in range(spec.warmup):
+        coll.launch(inp, out, spec.redop, algo)
+    _sync(device)
+    dist.barrier()
+    times = []
+    for _ in range(spec.iters):
+        start = time.perf_counter()
+        coll.launch(inp, out, spec.redop, algo)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    med = statistics.median(times) if times else 0.0
+    spread = (max(times) - min(times)) / med if med > 0 else 0.0
+    t = _combine(med, spec.average, device)
+    wrong_t = torch.tensor([wrong], dtype=torch.int64, device=device)
+    dist.all_reduce(wrong_t)
+    nbytes = max(inp.numel(), out.numel()) * inp.element_size()
+    algbw, busbw = bandwidths(op, nbytes, t, world)
+    plan = hocc.last_plan(device=device.type)
+    ran = plan.algo if plan is not None else algo
+    return Row(op, nbytes, max(inp.numel(), out.numel()), str(spec.dtype).replace("torch.", ""), redop,
+               algo, ran, t * 1e6, algbw, busbw, int(wrong_t.item()), spread)
+
+
+def run_bench(spec: BenchSpec, device: torch.device, progress: bool = True) -> list[Row]:
+    rows: list[Row] = []
+    total = len(spec.ops) * len(spec.sizes)
+    done = 0
+    for op in spec.ops:
+        for size in spec.sizes:
+            done += 1
+            if progress and dist.get_rank() == 0:
+                print(f"# [{done}/{total}] {op} {size} B", file=sys.stderr, flush=True)
+            for algo in spec.algos:
+                rows.append(run_one(spec, op, size, algo, device))
+    return rows
