@@ -17,11 +17,17 @@ class Config:
     """algo: default algorithm for calls that do not pass one.
     topology: a HOCC_TOPOLOGY spec; None detects hosts from hostnames.
     debug: log each call's plan choice (and why) to stderr.
+    trace: run plan steps one at a time and log each stage's time (slow; for measuring).
+    ring_ops: HO-Ring ops to run as point-to-point rings rather than the
+      backend's collective; None: the backend's default (gloo: reduce_scatter
+      and all_gather, measured faster as rings; NCCL: none).
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
     topology: str | None = None
     debug: bool = False
+    trace: bool = False
+    ring_ops: tuple[str, ...] | None = None
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -37,6 +43,15 @@ class Config:
             cfg = replace(cfg, topology=env["HOCC_TOPOLOGY"])
         if env.get("HOCC_DEBUG", "0") not in ("", "0", "false", "False"):
             cfg = replace(cfg, debug=True)
+        if env.get("HOCC_TRACE", "0") not in ("", "0", "false", "False"):
+            cfg = replace(cfg, trace=True)
+        if env.get("HOCC_RING_OPS"):
+            ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
+            bad = [o for o in ops if o not in ("reduce_scatter", "all_gather", "all_reduce")]
+            if bad:
+                raise ValueError(f"HOCC_RING_OPS has unknown ops {bad}; use reduce_scatter, all_gather, "
+                                 "all_reduce or none")
+            cfg = replace(cfg, ring_ops=ops)
         planner = cfg.planner
         if env.get("HOCC_CHUNKS"):
             planner = replace(planner, chunks=_positive_int(env, "HOCC_CHUNKS"))

@@ -60,7 +60,8 @@ def footer(rows: Sequence[Row], algos: Sequence[str], bounds: dict[tuple[str, in
     """Average bus bandwidth per algorithm, each algorithm's ratio to native,
     and (where known) the fraction of the link bound reached at the largest size."""
     bounds = bounds or {}
-    lines = [f"# Out of bounds values : {sum(r.wrong for r in rows)} {'OK' if not any(r.wrong for r in rows) else 'FAILED'}"]
+    nwrong = sum(r.wrong for r in rows)
+    lines = [f"# Out of bounds values : {nwrong} {'OK' if not nwrong else 'FAILED'}"]
     for a in algos:
         bw = [r.busbw for r in rows if r.algo == a]
         if bw:

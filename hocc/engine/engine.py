@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from hocc.config import Config
 from hocc.engine.executor import Executor
 from hocc.engine.subgroups import SubgroupCache, group_timeout
 from hocc.engine.work import Work
-from hocc.plan.planner import make_plan
+from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.types import Plan
 from hocc.topology import Topology, from_hostnames, parse_spec
 
@@ -51,18 +52,25 @@ class Engine:
         self.size = dist.get_world_size(group)
         self.topology = resolve_topology(group, cfg)
         self.subgroups = SubgroupCache(group, device, group_timeout(group, device))
-        self.executor = Executor(self.subgroups)
+        self.executor = Executor(self.subgroups, trace=cfg.trace)
         self.last_plan: Plan | None = None
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
         self._lock = threading.Lock()
         self._outstanding = 0
 
+    def planner_config(self, cfg: Config) -> PlannerConfig:
+        ring_ops = cfg.ring_ops
+        if ring_ops is None:  # gloo's reduce-scatter / all-gather lose to a p2p ring (bench/results)
+            ring_ops = ("reduce_scatter", "all_gather") if self.device.type == "cpu" else ()
+        return replace(cfg.planner, ring_ops=ring_ops)
+
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
-        key = (collective, count, elem_size, algo, cfg.planner)
+        pcfg = self.planner_config(cfg)
+        key = (collective, count, elem_size, algo, pcfg)
         plan = self._plans.get(key)
         if plan is None:
-            plan = make_plan(collective, count, elem_size, self.topology, algo, cfg.planner)
+            plan = make_plan(collective, count, elem_size, self.topology, algo, pcfg)
             if len(self._plans) > 4096:
                 self._plans.clear()
             self._plans[key] = plan
@@ -70,6 +78,15 @@ class Engine:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), plan.summary())
         self.last_plan = plan
         return plan
+
+    def log_trace(self, plan: Plan) -> None:
+        """Per-stage seconds of the plan just run (HOCC_TRACE=1), summed over chunks."""
+        per: dict[tuple[int, str, str], float] = {}
+        for stage, _, op, tier, secs in self.executor.timings:
+            per[(stage, op, tier)] = per.get((stage, op, tier), 0.0) + secs
+        self.executor.timings.clear()
+        parts = ", ".join(f"s{s} {op}@{tier} {t * 1e3:.1f} ms" for (s, op, tier), t in sorted(per.items()))
+        log.warning("hocc trace rank %d: %s: %s", self.rank, plan.summary(), parts)
 
     def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
         """Run `job` after every earlier call of this engine; block unless async_op."""

@@ -11,6 +11,7 @@ steps run point-to-point on a helper thread.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
@@ -53,8 +54,12 @@ class _ThreadHandle:
 
 
 class Executor:
-    def __init__(self, subgroups: SubgroupCache) -> None:
+    def __init__(self, subgroups: SubgroupCache, trace: bool = False) -> None:
         self.subgroups = subgroups
+        # trace: run steps one at a time and record (stage, chunk, op, tier, seconds);
+        # for measuring stage times, not for speed
+        self.trace = trace
+        self.timings: list[tuple[int, int, str, str, float]] = []
         self.rank = subgroups.rank
         self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hocc-ring")
 
@@ -76,7 +81,11 @@ class Executor:
                     step = mine.get((s, k))
                     group = step.group_of(self.rank) if step else None
                     if step is not None and group is not None and len(group.ranks) > 1:
+                        start = time.perf_counter()
                         pending[(s, k)] = self._launch(step, group, work, op)
+                        if self.trace:
+                            pending.pop((s, k)).wait()
+                            self.timings.append((s, k, step.op, step.tier, time.perf_counter() - start))
             for key in sorted(pending):
                 pending.pop(key).wait()
         finally:

@@ -103,11 +103,17 @@ def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | Non
 
 
 def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
-    """The least time the host NICs allow (HO-RING.md's byte counts), for a
-    topology of N > 1 hosts: all-reduce 2(N-1)/N * S / R, else (N-1)/N * S / R.
+    """The least time the shaped links allow (HO-RING.md's byte counts): over N
+    > 1 hosts, each host NIC carries 2(N-1)/N * S for all-reduce, else
+    (N-1)/N * S; over M > 1 switches, each trunk carries the same with M.
     `nbytes` is S, the full buffer. None on a single host."""
-    n = len(topo.host_groups())
-    if n < 2:
+    def factor(n: int) -> float:
+        return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
+
+    hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
+    if hosts < 2:
         return None
-    factor = 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
-    return factor * nbytes / topo.links.nic.bandwidth
+    bound = factor(hosts) * nbytes / topo.links.nic.bandwidth
+    if switches > 1:
+        bound = max(bound, factor(switches) * nbytes / topo.links.trunk.bandwidth)
+    return bound
