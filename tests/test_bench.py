@@ -1,0 +1,133 @@
+"""hocc-bench: arguments and sweeps, bandwidth arithmetic, the JSON schema, a
+short real run, and the emulated cluster's set-up and teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hocc.bench.cli import build_parser, spec_from_args
+from hocc.bench.collectives import COLLECTIVES, bandwidths
+from hocc.bench.sizes import parse_size, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sizes() -> None:
+    assert parse_size("64K") == 65536 and parse_size("1M") == 1 << 20 and parse_size("2G") == 2 << 30
+    assert parse_size("100") == 100 and parse_size("8k") == 8192
+    with pytest.raises(ValueError, match="cannot parse size"):
+        parse_size("1.5M")
+    assert sweep(65536, 1 << 20, 4) == [65536, 262144, 1 << 20]
+    assert sweep(1000, 4000, 2, stepbytes=1000) == [1000, 2000, 3000, 4000]
+    assert sweep(8, 8) == [8]
+    with pytest.raises(ValueError):
+        sweep(10, 5)
+
+
+def test_arguments() -> None:
+    a = build_parser().parse_args(["-b", "1K", "-e", "4K", "-f", "2", "-n", "3", "-w", "0", "-d", "half",
+                                   "-o", "max", "--op", "all", "--algo", "native,ho_ring,auto"])
+    spec = spec_from_args(a)
+    assert spec.sizes == (1024, 2048, 4096) and spec.iters == 3 and spec.warmup == 0
+    assert spec.ops == ("all_reduce", "all_gather", "reduce_scatter") and spec.redop == "max"
+    assert spec.algos == ("native", "ho_ring", "auto") and str(spec.dtype) == "torch.float16"
+    for bad in (["--algo", "tree"], ["--op", "broadcast"], ["-d", "complex"], ["-o", "xor"],
+                ["-d", "int32", "-o", "avg"], ["-b", "4K", "-e", "1K"]):
+        with pytest.raises(SystemExit):
+            spec_from_args(build_parser().parse_args(bad))
+
+
+def test_busbw_arithmetic() -> None:
+    # nccl-tests: algbw = S / t; busbw = algbw * 2(W-1)/W (all-reduce), * (W-1)/W otherwise
+    assert bandwidths("all_reduce", 1_000_000_000, 1.0, 8) == pytest.approx((1.0, 1.75))
+    assert bandwidths("all_gather", 2_000_000_000, 0.5, 4) == pytest.approx((4.0, 3.0))
+    assert bandwidths("reduce_scatter", 1_000_000_000, 2.0, 2) == pytest.approx((0.5, 0.25))
+    assert COLLECTIVES["all_gather"].counts(4096, 4, 8) == (128, 1024)
+    assert COLLECTIVES["reduce_scatter"].counts(4096, 4, 8) == (1024, 128)
+    assert COLLECTIVES["all_reduce"].counts(4096, 4, 8) == (1024, 1024)
+
+
+def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hocc.bench", *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def test_short_real_run(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    png = tmp_path / "r.png"
+    res = _bench("--nprocs", "4", "--topology", "2x2", "-b", "4K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1",
+                 "--op", "all", "--algo", "native,ring,ho_ring,auto", "--json", str(out), "--plot", str(png))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "# Out of bounds values : 0 OK" in res.stdout
+    assert "ho_ring / native busbw" in res.stdout and "link bound" in res.stdout
+    assert "[3/9]" in res.stderr  # progress on stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "hocc-bench/1"
+    assert doc["meta"]["world"] == 4 and doc["meta"]["topology"] == "2x2" and doc["meta"]["hosts"]
+    rows = doc["results"]
+    assert len(rows) == 3 * 3 * 4
+    keys = {"op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong",
+            "spread", "bound_us"}
+    for r in rows:
+        assert keys <= set(r), set(r) ^ keys
+        assert r["wrong"] == 0 and r["time_us"] > 0 and r["busbw"] > 0
+        assert r["ran"] in ("native", "ring", "ho_ring")
+        if r["algo"] != "auto":
+            assert r["ran"] == r["algo"]
+    assert png.stat().st_size > 10_000
+
+
+def test_csv_output() -> None:
+    res = _bench("--nprocs", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "--csv", "--algo", "native,ho_ring",
+                 "--quiet")
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith("op,size,count,dtype") and len(lines) == 3
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.mark.skipif(not _is_root(), reason="the emulated cluster needs root (network namespaces, tc)")
+def test_cluster_setup_and_teardown() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import cluster
+    finally:
+        sys.path.pop(0)
+    c = cluster.Cluster(cluster.SCENARIOS["2x2x2"], "200mbit", "100mbit")
+    assert not c.names_in_use(), "leftovers of another run"
+    try:
+        c.up()
+        assert set(c.namespaces) <= set(subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                       text=True).stdout.split())
+        qdisc = subprocess.run(["ip", "netns", "exec", "hocc-h1", "tc", "qdisc", "show", "dev", "hocc-v1"],
+                               capture_output=True, text=True).stdout
+        assert "tbf" in qdisc and "200Mbit" in qdisc
+        trunk = subprocess.run(["tc", "qdisc", "show", "dev", "hocc-t0"], capture_output=True, text=True).stdout
+        assert "100Mbit" in trunk
+        # host 3 (other switch) reaches host 0 through both bridges and the trunk
+        srv = subprocess.Popen(["ip", "netns", "exec", "hocc-h0", sys.executable, "-c",
+                                "import socket; s=socket.socket(); s.bind(('10.77.0.1', 29999)); s.listen(1); "
+                                "c,_=s.accept(); c.sendall(b'hello'); c.close()"])
+        cli = subprocess.run(["ip", "netns", "exec", "hocc-h3", sys.executable, "-c",
+                              "import socket,time\nfor _ in range(50):\n  try:\n"
+                              "    s=socket.create_connection(('10.77.0.1', 29999), timeout=5); break\n"
+                              "  except OSError: time.sleep(0.1)\nprint(s.recv(5).decode())"],
+                             capture_output=True, text=True, timeout=30)
+        srv.wait(timeout=10)
+        assert cli.stdout.strip() == "hello", cli.stderr
+        with pytest.raises(SystemExit, match="already exist"):
+            cluster.Cluster(cluster.SCENARIOS["2x4"], "200mbit", "100mbit").up()
+    finally:
+        c.down()
+    assert not c.names_in_use()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert "hocc-" not in links
