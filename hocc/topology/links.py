@@ -28,11 +28,13 @@ class Link:
 class LinkModel:
     """Per-tier links. Defaults match the CPU testbed (TESTBED.md): loopback at
     about 2.5 Gbit/s shared by a host's ranks, 200 Mbit/s host NICs, a trunk
-    oversubscribed 4:1 relative to the NICs below it."""
+    oversubscribed 4:1 relative to the NICs below it. Latencies are what one
+    ring hop costs there with 8 ranks on 2 cores (about 0.5 ms: gloo at 64 KiB,
+    bench/results), not the wire's."""
 
-    host: Link = Link(bandwidth=2.5e9 / 8, latency=60e-6)
-    nic: Link = Link(bandwidth=200e6 / 8, latency=150e-6)
-    trunk: Link = Link(bandwidth=100e6 / 8, latency=300e-6)
+    host: Link = Link(bandwidth=2.5e9 / 8, latency=500e-6)
+    nic: Link = Link(bandwidth=200e6 / 8, latency=500e-6)
+    trunk: Link = Link(bandwidth=100e6 / 8, latency=600e-6)
 
     def tier(self, name: str) -> Link:
         if name not in TIERS:
