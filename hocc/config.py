@@ -21,6 +21,9 @@ class Config:
     ring_ops: HO-Ring ops to run as point-to-point rings rather than the
       backend's collective; None: the backend's default (gloo: reduce_scatter
       and all_gather, measured faster as rings; NCCL: none).
+    host_transport: 'net' (default) runs CPU ranks' host-level HO-Ring stages
+      on the backend / p2p rings; 'shm' through shared memory (measured no
+      faster on the 2-core testbed, where both are memory-bound; opt-in).
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -28,6 +31,7 @@ class Config:
     debug: bool = False
     trace: bool = False
     ring_ops: tuple[str, ...] | None = None
+    host_transport: str = "net"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -52,6 +56,11 @@ class Config:
                 raise ValueError(f"HOCC_RING_OPS has unknown ops {bad}; use reduce_scatter, all_gather, "
                                  "all_reduce or none")
             cfg = replace(cfg, ring_ops=ops)
+        if env.get("HOCC_HOST_TRANSPORT"):
+            transport = env["HOCC_HOST_TRANSPORT"].strip()
+            if transport not in ("shm", "net"):
+                raise ValueError(f"HOCC_HOST_TRANSPORT={transport!r} must be 'shm' or 'net'")
+            cfg = replace(cfg, host_transport=transport)
         planner = cfg.planner
         if env.get("HOCC_CHUNKS"):
             planner = replace(planner, chunks=_positive_int(env, "HOCC_CHUNKS"))

@@ -13,22 +13,25 @@ from tests.cases import check_all, check_list_forms
 from tests.worlds import run_world
 
 
-def _world_body(rank: int, world: int, spec: str) -> None:
+def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
     cases = check_all(rank, world)
     check_list_forms(rank, world)
     plan = hocc.plan_for("all_reduce", torch.empty(1 << 16), algo="ho_ring")
     assert plan.algo == ("ring" if "+" in spec else "ho_ring"), plan.summary()
+    if plan.algo == "ho_ring" and "host" in plan.meta["tiers"] and transport == "shm":
+        assert {s.impl for s in plan.steps if s.tier == "host" and s.op != "all_reduce"} == {"shm"}, plan.describe()
     assert cases > 300
 
 
-@pytest.mark.parametrize("spec,chunks", [
-    ("2x4", "3"), ("4x2", ""), ("2x4:scattered", "2"), ("2x2x2", "2"), ("3+5", ""),
+@pytest.mark.parametrize("spec,chunks,transport", [
+    ("2x4", "3", "net"), ("2x4", "2", "shm"), ("4x2", "", "net"), ("2x4:scattered", "2", "shm"),
+    ("2x2x2", "2", "net"), ("3+5", "", "net"),
 ])
-def test_eight_ranks(spec: str, chunks: str) -> None:
-    env = {"HOCC_TOPOLOGY": spec}
+def test_eight_ranks(spec: str, chunks: str, transport: str) -> None:
+    env = {"HOCC_TOPOLOGY": spec, "HOCC_HOST_TRANSPORT": transport}
     if chunks:
         env["HOCC_CHUNKS"] = chunks
-    run_world(8, _world_body, spec, env=env)
+    run_world(8, _world_body, spec, transport, env=env)
 
 
 def _subgroups_body(rank: int, world: int) -> None:

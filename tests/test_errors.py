@@ -68,7 +68,8 @@ def test_bad_inputs() -> None:
 
 
 def _dying_rank(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "HOCC_TOPOLOGY": "2x2"})
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "HOCC_TOPOLOGY": "2x2",
+                       "HOCC_HOST_TRANSPORT": "shm"})  # the hardest case: peers wait on shared memory
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=20))
     x = torch.full((1 << 22,), float(rank + 1))
@@ -109,3 +110,5 @@ def test_peer_dies_mid_collective(tmp_path: Path) -> None:
         assert res["raised"], f"rank {r} did not raise: {res}"
         assert res["seconds"] < 60, res
         assert res["unchanged"], f"rank {r}'s tensor was half-written: {res}"
+    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("hocc-")] if os.path.isdir("/dev/shm") else []
+    assert not leftovers, f"shared-memory segments left behind: {leftovers}"

@@ -59,8 +59,11 @@ def test_random_hierarchies(seed: int) -> None:
         simulate(plan, seed)
         simulate(Plan.from_json(plan.to_json()), seed + 1)
     simulate(build_ring(coll, topo, count), seed)
+    cfgs = (PlannerConfig(min_chunk_bytes=8),
+            PlannerConfig(min_chunk_bytes=8, ring_ops=("reduce_scatter", "all_gather"), host_impl="shm"))
     for algo in ("auto", "native", "ring", "ho_ring"):
-        simulate(make_plan(coll, count, 4, topo, algo, PlannerConfig(min_chunk_bytes=8)), seed)
+        for cfg in cfgs:
+            simulate(make_plan(coll, count, 4, topo, algo, cfg), seed)
 
 
 def test_ho_ring_exists_exactly_for_uniform_hierarchies() -> None:

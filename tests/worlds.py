@@ -21,7 +21,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: float,
+def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: float, backend: str,
            fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     os.environ.update(env)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -29,18 +29,19 @@ def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: flo
     import torch
     import torch.distributed as dist
 
+    import hocc  # registers the "hocc" backend
+
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     try:
         fn(rank, world, *args)
     finally:
-        import hocc
-
         hocc.reset_engines()
         dist.destroy_process_group()
 
 
 def run_world(world: int, fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
-              timeout_s: float = 300.0) -> None:
-    """Run fn(rank, world, *args) on `world` spawned gloo ranks."""
-    mp.spawn(_entry, args=(world, free_port(), dict(env or {}), timeout_s, fn, args), nprocs=world, join=True)
+              timeout_s: float = 300.0, backend: str = "gloo") -> None:
+    """Run fn(rank, world, *args) on `world` spawned ranks (default group: `backend`)."""
+    mp.spawn(_entry, args=(world, free_port(), dict(env or {}), timeout_s, backend, fn, args), nprocs=world,
+             join=True)

@@ -12,39 +12,40 @@ from hocc.api import validate as v
 from hocc.config import get_config
 from hocc.engine.engine import Engine, get_engine
 from hocc.engine.layout import pack, unpack
+from hocc.engine.reduce import wire_op
 from hocc.engine.work import Work
 from hocc.plan.types import Plan
 
 ReduceOp = dist.ReduceOp
-# torch 2.13 prefers the *_single names and warns on the older ones
-_dist_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
-_dist_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
 
 def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
     return get_engine(group, device, get_config())
 
 
-def _run(collective: str, fn: str, inp: torch.Tensor, out: torch.Tensor, count: int, op_name: str,
-         group: dist.ProcessGroup, async_op: bool, algo: str | None,
-         native: Callable[[], None]) -> Work | None:
-    """Plan the call and submit it: native calls the backend on the caller's
-    tensors; other plans run on a private work buffer, copied out at the end."""
+def submit(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str,
+           algo: str | None, async_op: bool) -> Work | None:
+    """Plan a call and queue it on the engine (after every earlier call)."""
     cfg = get_config()
-    algo = v.check_algo(algo if algo is not None else cfg.algo, fn)
-    eng = _engine(group, inp.device)
+    algo = algo if algo is not None else cfg.algo
+    count = out.numel() if collective == "reduce_scatter" else inp.numel()
     plan = eng.plan(collective, count, inp.element_size(), algo, cfg)
+    return eng.submit(lambda: execute(eng, plan, inp, out, op_name), [out], async_op)
 
-    def job() -> None:
-        if plan.algo == "native":
-            native()
-            return
-        execute(eng, plan, inp, out, op_name)
 
-    return eng.submit(job, [out], async_op)
+def run_collective(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> Work:
+    """For the hocc backend: an already-validated call with the default algo, async."""
+    work = submit(eng, collective, inp, out, op_name, None, True)
+    assert work is not None
+    return work
 
 
 def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:
+    """native: the backend's collective on the caller's tensors. Other plans run
+    on a private work buffer, copied into the caller's output at the end."""
+    if plan.algo == "native":
+        run_native(eng, plan.collective, inp, out, op_name)
+        return
     eng.executor.prepare(plan)
     work = pack(plan.collective, plan.layout, inp, eng.rank)
     eng.executor.run(plan, work, op_name)
@@ -55,6 +56,23 @@ def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_na
     unpack(plan.collective, plan.layout, work, out, eng.rank)
 
 
+def run_native(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:
+    """The inner backend's own collective (AVG as SUM then divide: gloo lacks it)."""
+    backend = eng.info.inner
+    if collective == "all_reduce":
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = wire_op(op_name)
+        backend.allreduce([inp], opts).wait()
+    elif collective == "all_gather":
+        backend._allgather_base(out.view(-1), inp.view(-1)).wait()
+    else:
+        ropts = dist.ReduceScatterOptions()
+        ropts.reduceOp = wire_op(op_name)
+        backend._reduce_scatter_base(out.view(-1), inp.view(-1), ropts).wait()
+    if op_name == "avg":
+        out.div_(eng.size)
+
+
 def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """Reduce `tensor` across the group, in place on every rank."""
@@ -62,8 +80,8 @@ def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.Proc
     g = v.resolve_group(group, fn)
     v.check_tensor(tensor, "tensor", fn)
     name = v.check_op(op, tensor.dtype, fn)
-    return _run(fn, fn, tensor, tensor, tensor.numel(), name, g, async_op, algo,
-                lambda: _wait(dist.all_reduce(tensor, op=op, group=g, async_op=True)))
+    v.check_algo(algo or get_config().algo, fn)
+    return submit(_engine(g, tensor.device), "all_reduce", tensor, tensor, name, algo, async_op)
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
@@ -76,9 +94,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     v.check_tensor(input_tensor, "input_tensor", fn)
     v.check_same([output_tensor, input_tensor], ["output_tensor", "input_tensor"], fn)
     v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
-    return _run("all_gather", fn, input_tensor, output_tensor, input_tensor.numel(), "sum", g, async_op, algo,
-                lambda: _wait(_dist_all_gather(output_tensor.view(-1), input_tensor.view(-1), group=g,
-                                              async_op=True)))
+    v.check_algo(algo or get_config().algo, fn)
+    return submit(_engine(g, input_tensor.device), "all_gather", input_tensor, output_tensor, "sum", algo, async_op)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
@@ -92,9 +109,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     v.check_same([output, input], ["output", "input"], fn)
     v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
     name = v.check_op(op, input.dtype, fn)
-    return _run("reduce_scatter", fn, input, output, output.numel(), name, g, async_op, algo,
-                lambda: _wait(_dist_reduce_scatter(output.view(-1), input.view(-1), op=op, group=g,
-                                                  async_op=True)))
+    v.check_algo(algo or get_config().algo, fn)
+    return submit(_engine(g, input.device), "reduce_scatter", input, output, name, algo, async_op)
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
@@ -155,11 +171,6 @@ def last_plan(group: dist.ProcessGroup | None = None, device: str = "cpu") -> Pl
 
 
 # -- helpers -----------------------------------------------------------------
-def _wait(work: object) -> None:
-    if work is not None:
-        work.wait()  # type: ignore[attr-defined]
-
-
 def _check_list(tensors: list[torch.Tensor], like: torch.Tensor, world: int, what: str, fn: str) -> None:
     if not isinstance(tensors, (list, tuple)) or len(tensors) != world:
         got = len(tensors) if isinstance(tensors, (list, tuple)) else type(tensors).__name__
@@ -180,20 +191,7 @@ def _split_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 def _then(work: Work, after: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
     """A Work that runs `after` once `work` finished."""
-    from concurrent.futures import Future
-
-    fut: Future[None] = Future()
-
-    def done(_: object) -> None:
-        try:
-            work.wait()
-            after()
-            fut.set_result(None)
-        except BaseException as e:  # noqa: BLE001 - handed to the waiter
-            fut.set_exception(e)
-
-    work._fut.add_done_callback(done)
-    out = Work(fut, result)
+    out = work.then(after, result)
     if async_op:
         return out
     out.wait()

@@ -9,9 +9,11 @@ import contextlib
 import logging
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -28,31 +30,63 @@ from hocc.topology import Topology, from_hostnames, parse_spec
 log = logging.getLogger("hocc")
 
 
-def resolve_topology(group: dist.ProcessGroup, cfg: Config) -> Topology:
+@dataclass(frozen=True)
+class GroupInfo:
+    """What an engine needs of its process group: who is in it, the store to
+    meet on, and the backend that runs its native collectives (gloo or NCCL)."""
+
+    rank: int
+    size: int
+    global_ranks: list[int]
+    name: str
+    store: dist.Store
+    inner: Any
+    timeout: timedelta
+
+    @staticmethod
+    def of(group: dist.ProcessGroup, device: torch.device) -> GroupInfo:
+        return GroupInfo(dist.get_rank(group), dist.get_world_size(group), dist.get_process_group_ranks(group),
+                         str(group.group_name), dist.distributed_c10d._get_default_store(),
+                         group._get_backend(device), group_timeout(group, device))
+
+
+def resolve_topology(info: GroupInfo, prefix: str, cfg: Config) -> Topology:
     """The group's topology, renumbered by group rank: from the HOCC_TOPOLOGY
-    spec (which describes the world) if set, else from the ranks' hostnames."""
-    ranks = dist.get_process_group_ranks(group)
+    spec (which describes the world) if set, else from the ranks' hostnames,
+    exchanged through the store (no collective, so it works inside a backend)."""
     if cfg.topology:
         world = parse_spec(cfg.topology)
-        if world.world_size != dist.get_world_size():
-            raise ValueError(f"HOCC_TOPOLOGY={cfg.topology!r} describes {world.world_size} ranks but the "
-                             f"world has {dist.get_world_size()}; give a spec with that many ranks")
-        return world.restrict(ranks)
-    names: list[Any] = [None] * len(ranks)
-    dist.all_gather_object(names, socket.gethostname(), group=group)
-    return from_hostnames([str(n) for n in names])
+        # while the hocc backend builds the default group, that group is the world
+        job = dist.get_world_size() if dist.is_initialized() else info.size
+        if world.world_size != job:
+            raise ValueError(f"HOCC_TOPOLOGY={cfg.topology!r} describes {world.world_size} ranks but the world "
+                             f"has {job}; give a spec with that many ranks")
+        return world.restrict(info.global_ranks)
+    info.store.set(f"{prefix}/host/{info.rank}", socket.gethostname())
+    names = [info.store.get(f"{prefix}/host/{r}").decode() for r in range(info.size)]
+    return from_hostnames(names)
+
+
+# Engines this process made per group and device: part of the store prefix, so
+# a rebuilt engine never meets its predecessor's keys. Counted per group (not
+# globally) because ranks use different sets of groups.
+_generations: Counter[str] = Counter()
 
 
 class Engine:
-    def __init__(self, group: dist.ProcessGroup, device: torch.device, cfg: Config) -> None:
-        self.group = group
+    def __init__(self, info: GroupInfo, device: torch.device, cfg: Config) -> None:
+        self.info = info
         self.device = device
         self.cfg = cfg
-        self.rank = dist.get_rank(group)
-        self.size = dist.get_world_size(group)
-        self.topology = resolve_topology(group, cfg)
-        self.subgroups = SubgroupCache(group, device, group_timeout(group, device))
+        self.rank = info.rank
+        self.size = info.size
+        key = f"{info.name}/{device.type}"
+        prefix = f"hocc/{key}/{_generations[key]}"
+        _generations[key] += 1
+        self.topology = resolve_topology(info, prefix, cfg)
+        self.subgroups = SubgroupCache(info, prefix)
         self.executor = Executor(self.subgroups, trace=cfg.trace)
+        self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
         self.last_plan: Plan | None = None
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
@@ -63,7 +97,8 @@ class Engine:
         ring_ops = cfg.ring_ops
         if ring_ops is None:  # gloo's reduce-scatter / all-gather lose to a p2p ring (bench/results)
             ring_ops = ("reduce_scatter", "all_gather") if self.device.type == "cpu" else ()
-        return replace(cfg.planner, ring_ops=ring_ops)
+        host_impl = "shm" if self.device.type == "cpu" and cfg.host_transport == "shm" else ""
+        return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl)
 
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
         pcfg = self.planner_config(cfg)
@@ -132,12 +167,16 @@ _engines_lock = threading.Lock()
 
 
 def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config) -> Engine:
+    own = getattr(group, "hocc_engine", None)
+    if own is not None:  # a group of the hocc backend keeps its own engines
+        return own(device)  # type: ignore[no-any-return]
     key = (id(group), device.type)
     with _engines_lock:
         eng = _engines.get(key)
         if eng is not None and eng.group is group and eng.cfg.topology == cfg.topology:
             return eng
-    eng = Engine(group, device, cfg)
+    eng = Engine(GroupInfo.of(group, device), device, cfg)
+    eng.group = group
     with _engines_lock:
         old = _engines.get(key)
         _engines[key] = eng

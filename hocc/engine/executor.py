@@ -65,7 +65,8 @@ class Executor:
 
     def prepare(self, plan: Plan) -> None:
         """Create the sub-groups the plan needs (collective over their members)."""
-        self.subgroups.ensure([(stage_tag(s), g.ranks) for s in plan.steps for g in s.groups if len(g.ranks) > 1])
+        self.subgroups.ensure([(stage_tag(s), g.ranks) for s in plan.steps for g in s.groups
+                               if len(g.ranks) > 1 and s.impl != "shm"])
 
     def run(self, plan: Plan, work: torch.Tensor, op: str) -> None:
         mine = {(s.stage, s.chunk): s for s in plan.steps}
@@ -94,8 +95,11 @@ class Executor:
                     h.wait()
 
     def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str) -> Handle:
-        pg = self.subgroups.get(stage_tag(step), g.ranks)
         me, n = g.ranks.index(self.rank), len(g.ranks)
+        if step.impl == "shm":
+            segs = [work[g.offset + i * g.seg:g.offset + (i + 1) * g.seg] for i in range(n)]
+            return _ThreadHandle(self.subgroups.shm(stage_tag(step), g.ranks).submit(step.op, segs, op))
+        pg = self.subgroups.get(stage_tag(step), g.ranks)
         if step.impl == "ring":
             return _ThreadHandle(self._threads.submit(self._ring, step, g, pg, work, op, me, n))
         if step.op == "all_reduce":
@@ -129,3 +133,4 @@ class Executor:
 
     def close(self) -> None:
         self._threads.shutdown(wait=False)
+        self.subgroups.close()

@@ -11,31 +11,27 @@ each other in opposite orders.
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-# How many caches this process made per parent group: part of the store prefix,
-# so a rebuilt engine never meets its predecessor's keys. Counted per group (not
-# globally) because ranks use different sets of groups.
-_generations: Counter[str] = Counter()
+from hocc.engine.shm import ShmGroup
+
+if TYPE_CHECKING:
+    from hocc.engine.engine import GroupInfo
 
 
 class SubgroupCache:
-    def __init__(self, group: dist.ProcessGroup, device: torch.device, timeout: timedelta) -> None:
-        self.parent = group
-        self.device = device
-        self.timeout = timeout
-        self.global_ranks: list[int] = dist.get_process_group_ranks(group)
-        self.rank: int = dist.get_rank(group)
-        self.backend = group._get_backend(device)
-        key = f"{group.group_name}/{device.type}"
-        self.prefix = f"hocc/{key}/{_generations[key]}"
-        _generations[key] += 1
-        self.store = dist.distributed_c10d._get_default_store()
+    def __init__(self, info: GroupInfo, prefix: str) -> None:
+        self.timeout = info.timeout
+        self.rank = info.rank
+        self.backend = info.inner
+        self.prefix = prefix
+        self.store = info.store
         self._pgs: dict[tuple[str, tuple[int, ...]], dist.ProcessGroup] = {}
+        self._shm: dict[tuple[str, tuple[int, ...]], ShmGroup] = {}
 
     def ensure(self, wanted: list[tuple[str, tuple[int, ...]]]) -> None:
         """Create every group in `wanted` (tag, members as group ranks) that
@@ -46,6 +42,20 @@ class SubgroupCache:
 
     def get(self, tag: str, members: tuple[int, ...]) -> dist.ProcessGroup:
         return self._pgs[(tag, members)]
+
+    def shm(self, tag: str, members: tuple[int, ...]) -> ShmGroup:
+        """The shared-memory transport of a host group (its segment is mapped on first use)."""
+        key = (tag, members)
+        if key not in self._shm:
+            name = "-".join(map(str, members))
+            self._shm[key] = ShmGroup(self.store, f"{self.prefix}/{tag}/{name}", members, members.index(self.rank),
+                                      self.timeout)
+        return self._shm[key]
+
+    def close(self) -> None:
+        for g in self._shm.values():
+            g.close()
+        self._shm.clear()
 
     def _create(self, tag: str, members: tuple[int, ...]) -> dist.ProcessGroup:
         name = "-".join(map(str, members))

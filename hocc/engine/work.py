@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
@@ -35,6 +36,21 @@ class Work:
     def result(self) -> list[torch.Tensor]:
         self.wait()
         return self._result
+
+    def then(self, after: Callable[[], None], result: list[torch.Tensor]) -> Work:
+        """A Work that completes once this one has and `after` has run."""
+        fut: Future[Any] = Future()
+
+        def done(_: Future[Any]) -> None:
+            try:
+                self._fut.result()
+                after()
+                fut.set_result(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                fut.set_exception(e)
+
+        self._fut.add_done_callback(done)
+        return Work(fut, result)
 
     def get_future(self) -> torch.futures.Future[Any]:
         """A torch.futures.Future that completes with the output tensors."""

@@ -24,12 +24,15 @@ TIER_RANK = {"host": 0, "nic": 1, "trunk": 2}
 @dataclass(frozen=True)
 class CostParams:
     """Software costs that are not links: per-step launch, per Python ring
-    hop, and local copies (packing the work buffer). Defaults are the CPU
+    hop, local copies (packing the work buffer), and the shared-memory host
+    transport (memory bandwidth a host's ranks share, seconds per barrier). Defaults are the CPU
     testbed's (8 ranks on 2 cores); `hocc calibrate` is the way to fit them."""
 
     launch: float = 1.5e-3
     ring_step: float = 0.5e-3
     copy_bandwidth: float = 2e9
+    shm_bandwidth: float = 3e9
+    shm_barrier: float = 0.5e-3
 
 
 Load = dict[tuple[str, str], float]
@@ -60,6 +63,11 @@ def step_load(step: Step, elem_size: int, topo: Topology, places: _Places, param
         n = len(g.ranks)
         if n < 2:
             continue
+        if step.impl == "shm":  # every member writes then reads through the host's memory
+            per_member = (2 * n if step.op == "reduce_scatter" else n + 1) * g.seg * elem_size
+            load[("shm", places.host[g.ranks[0]])] += n * per_member
+            latency = max(latency, 2 * params.shm_barrier)
+            continue
         if step.op == "all_reduce":
             hops, per_hop = 2 * (n - 1), g.seg / n * elem_size
         else:
@@ -75,9 +83,9 @@ def step_load(step: Step, elem_size: int, topo: Topology, places: _Places, param
     return load, latency
 
 
-def _bandwidth(link: tuple[str, str], topo: Topology) -> float:
+def _bandwidth(link: tuple[str, str], topo: Topology, params: CostParams) -> float:
     kind = link[0].split("_")[0]
-    return topo.links.tier(kind).bandwidth
+    return params.shm_bandwidth if kind == "shm" else topo.links.tier(kind).bandwidth
 
 
 def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | None = None) -> float:
@@ -95,7 +103,7 @@ def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | Non
         for load, _ in active:
             for link, b in load.items():
                 merged[link] += b
-        link_time = max((b / _bandwidth(link, topo) for link, b in merged.items()), default=0.0)
+        link_time = max((b / _bandwidth(link, topo, params) for link, b in merged.items()), default=0.0)
         lat = max(lat for _, lat in active)
         total += max(link_time, lat) + params.launch  # launches overlap the transfers in flight
     if plan.algo != "native":

@@ -14,7 +14,8 @@ chunk k), and all groups of a level (e.g. all G rails) running at once:
 
 Groups whose members are in rank order run the backend's collective unless
 the planner asks for rings for that op; others (unusual placements) run a
-point-to-point ring in coordinate order.
+point-to-point ring in coordinate order. Host-level reduce-scatter and
+all-gather may run through shared memory instead ('shm', CPU only).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _impl(members: tuple[int, ...]) -> str:
 
 
 def _level_step(grid: Grid, level: int, stage: int, chunk: int, op: str, base: int,
-                span: int, seg: int, ring_ops: tuple[str, ...] = ()) -> Step:
+                span: int, seg: int, ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Step:
     """One step at `level`: each group works on the region its higher-level
     (more significant) coordinates select; `span` is that region's length."""
     groups = []
@@ -42,15 +43,18 @@ def _level_step(grid: Grid, level: int, stage: int, chunk: int, op: str, base: i
         groups.append(GroupSlice(members, base + prefix * span, seg))
     native = op not in ring_ops and all(_impl(g.ranks) == "native" for g in groups)
     impl = "native" if native else "ring"
+    if host_impl and grid.tiers[level] == "host" and op != "all_reduce":
+        impl = host_impl
     return Step(stage, chunk, op, impl, grid.tiers[level], tuple(groups))
 
 
 def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
-                  ring_ops: tuple[str, ...] = ()) -> Plan | None:
+                  ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Plan | None:
     """The HO-Ring plan, or None when the topology is not a uniform hierarchy.
     Steps whose op is in `ring_ops` run as point-to-point rings even where the
     backend's collective could run them (gloo's reduce-scatter and all-gather
-    are slower than a ring; see the engine)."""
+    are slower than a ring; see the engine). `host_impl` ('shm') names the
+    transport for reduce-scatter and all-gather steps inside a host."""
     grid = build_grid(topo)
     if grid is None:
         return None
@@ -66,15 +70,15 @@ def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
             base, stage, span = k * piece, 0, piece
             for level in range(d - 1):
                 seg = span // grid.radices[level]
-                steps.append(_level_step(grid, level, stage, k, "reduce_scatter", base, span, seg, ring_ops))
+                steps.append(_level_step(grid, level, stage, k, "reduce_scatter", base, span, seg, ring_ops, host_impl))
                 span, stage = seg, stage + 1
             if d:
-                steps.append(_level_step(grid, d - 1, stage, k, "all_reduce", base, span, span, ring_ops))
+                steps.append(_level_step(grid, d - 1, stage, k, "all_reduce", base, span, span, ring_ops, host_impl))
                 stage += 1
             for level in reversed(range(d - 1)):
                 span = span * grid.radices[level]
                 seg = span // grid.radices[level]
-                steps.append(_level_step(grid, level, stage, k, "all_gather", base, span, seg, ring_ops))
+                steps.append(_level_step(grid, level, stage, k, "all_gather", base, span, seg, ring_ops, host_impl))
                 stage += 1
         stages = max(2 * d - 1, 1)
     else:
@@ -90,7 +94,7 @@ def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
             for stage, level in enumerate(levels):
                 span = prod(grid.radices[level:]) * piece
                 seg = span // grid.radices[level]
-                steps.append(_level_step(grid, level, stage, k, collective, base, span, seg, ring_ops))
+                steps.append(_level_step(grid, level, stage, k, collective, base, span, seg, ring_ops, host_impl))
         stages = max(d, 1)
     plan = Plan(collective, "ho_ring", world, count, layout, steps, stages,
                 meta={"radices": list(grid.radices), "tiers": list(grid.tiers)})

@@ -20,13 +20,16 @@ class PlannerConfig:
     min_chunk_bytes / max_chunks bound the K the cost model may pick.
     native_margin: auto leaves native only for a predicted gain above this.
     ring_ops: HO-Ring steps of these ops run as point-to-point rings instead of
-    the backend's collective (the engine sets it per backend)."""
+    the backend's collective (the engine sets it per backend).
+    host_impl: 'shm' runs HO-Ring's host-level reduce-scatter / all-gather
+    through shared memory (CPU tensors); '' leaves them to native / ring_ops."""
 
     chunks: int | None = None
     min_chunk_bytes: int = 512 * 1024
     max_chunks: int = 32
     native_margin: float = 0.05
     ring_ops: tuple[str, ...] = ()
+    host_impl: str = ""
     params: CostParams = field(default_factory=CostParams)
 
 
@@ -44,7 +47,7 @@ def _best_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
                   cfg: PlannerConfig) -> Plan | None:
     best: Plan | None = None
     for k in _chunk_choices(count, elem_size, cfg):
-        plan = build_ho_ring(collective, topo, count, k, cfg.ring_ops)
+        plan = build_ho_ring(collective, topo, count, k, cfg.ring_ops, cfg.host_impl)
         if plan is None:
             return None
         plan.predicted_s = predict(plan, topo, elem_size, cfg.params)

@@ -13,7 +13,8 @@ elements of each member's own work buffer, identical on all members):
 
 impl 'native' runs the backend's collective on a sub-group (members must be in
 rank order, as the backend assigns segments that way); 'ring' runs a ring of
-point-to-point sends in the listed order.
+point-to-point sends in the listed order; 'shm' (members on one host) goes
+through a shared-memory segment.
 
 Step (stage s, chunk k) may start once step (s-1, k) has ended; nothing else
 orders steps, so steps that may overlap touch disjoint regions.
@@ -35,7 +36,7 @@ Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
 ALGOS: tuple[str, ...] = ("native", "ring", "ho_ring")
 OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
-IMPLS: tuple[str, ...] = ("native", "ring")
+IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 
 
 @dataclass(frozen=True)

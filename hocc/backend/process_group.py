@@ -1,0 +1,227 @@
+"""The "hocc" torch.distributed backend: a ProcessGroup whose all-reduce,
+all-gather and reduce-scatter go through hocc's planner (auto), and whose
+every other collective is delegated unchanged to an inner backend (gloo for
+CPU tensors, NCCL for CUDA tensors), so nothing a training script calls is
+missing. Delegation is one mechanism for all methods; the three planned
+collectives are the only overrides."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from hocc.api.collectives import run_collective
+from hocc.engine.engine import Engine, GroupInfo
+from hocc.engine.reduce import DTYPES, op_name
+
+# Methods handed to the inner backend as they are: ProcessGroup's name -> the backend's.
+DELEGATED = {
+    name: name for name in (
+        "allreduce_coalesced", "allgather_coalesced", "alltoall", "alltoall_base", "broadcast", "gather",
+        "scatter", "reduce", "send", "recv", "recv_anysource", "monitored_barrier",
+    )
+} | {"all_to_all_single": "alltoall_base"}
+
+
+def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
+    stack: list[Any] = list(args)
+    while stack:
+        x = stack.pop(0)
+        if isinstance(x, torch.Tensor):
+            return x
+        if isinstance(x, (list, tuple)):
+            stack = list(x) + stack
+    return None
+
+
+class HoccProcessGroup(dist.ProcessGroup):
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
+                 global_ranks: list[int] | None, name: str) -> None:
+        super().__init__(rank, size)
+        self._store, self._timeout, self._name = store, timeout, name
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        self._inner: dict[str, Any] = {}
+        self._engines: dict[str, Engine] = {}
+        self._device_map: dict[str, str] | None = None
+
+    # -- identity ------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return "hocc"
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"HoccProcessGroup(rank={self.rank()}, size={self.size()}, name={self._name})"
+
+    # -- inner backends and engines -------------------------------------------
+    def _backend_for(self, device: torch.device) -> str:
+        """What serves tensors on `device`: 'hocc', 'gloo' or 'nccl' (a
+        'cpu:gloo,cuda:hocc' group serves CPU tensors with plain gloo)."""
+        if self._device_map is None:
+            try:
+                config = str(dist.get_backend_config(self))
+            except (RuntimeError, ValueError, KeyError):
+                config = "hocc"
+            mapping = {}
+            for part in config.split(","):
+                if ":" in part:
+                    dev, be = part.split(":", 1)
+                    mapping[dev.strip()] = be.strip().lower()
+            self._device_map = mapping
+        backend = self._device_map.get(device.type, "hocc")
+        if backend not in ("hocc", "gloo", "nccl"):
+            raise RuntimeError(f"hocc backend: the group maps {device.type} tensors to {backend!r}, which hocc "
+                               "cannot serve; use 'gloo' or 'nccl' for that device, or 'hocc' for all")
+        return backend
+
+    def inner(self, device: torch.device) -> Any:
+        key = device.type
+        if key not in self._inner:
+            store = dist.PrefixStore(f"hocc-inner/{key}", self._store)
+            if key == "cpu":
+                self._inner[key] = dist.ProcessGroupGloo(store, self.rank(), self.size(), self._timeout)
+            elif key == "cuda":
+                nccl = getattr(dist, "ProcessGroupNCCL", None)
+                if nccl is None:
+                    raise RuntimeError("hocc backend: CUDA tensors need NCCL, which this torch build lacks")
+                opts = nccl.Options()
+                opts._timeout = self._timeout
+                self._inner[key] = nccl(store, self.rank(), self.size(), opts)
+            else:
+                raise RuntimeError(f"hocc backend: {device.type} tensors are not supported; use cpu or cuda")
+        return self._inner[key]
+
+    def hocc_engine(self, device: torch.device) -> Engine:
+        """This group's engine for `device` (hocc's drop-in calls use it too)."""
+        from hocc.config import get_config
+
+        key = device.type
+        if key not in self._engines:
+            info = GroupInfo(rank=self.rank(), size=self.size(), global_ranks=self._global_ranks,
+                             name=f"backend/{self._name}", store=self._store, inner=self.inner(device),
+                             timeout=self._timeout)
+            self._engines[key] = Engine(info, device, get_config())
+        return self._engines[key]
+
+    def _planned(self, device: torch.device) -> bool:
+        return self._backend_for(device) == "hocc"
+
+    # -- the three planned collectives ---------------------------------------
+    def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, op: object) -> dist.Work:
+        work = run_collective(self.hocc_engine(inp.device), collective, inp, out, op_name(op))
+        return _create_work_from_future(work.get_future())
+
+    @staticmethod
+    def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
+        """What hocc plans; anything else (other ops, dtypes, layouts) the inner backend runs."""
+        try:
+            name = op_name(op)
+        except ValueError:
+            return False
+        return (all(t.dtype in DTYPES and t.is_contiguous() for t in tensors)
+                and not (name == "avg" and not tensors[0].is_floating_point()))
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        t = tensors[0]
+        if len(tensors) != 1 or not self._planned(t.device) or not self._plannable(tensors, opts.reduceOp):
+            return self.inner(t.device).allreduce(tensors, opts)
+        return self._run("all_reduce", t, t, opts.reduceOp)
+
+    def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> dist.Work:
+        if not self._planned(inp.device) or not self._plannable([output, inp]):
+            return self.inner(inp.device)._allgather_base(output, inp, opts or dist.AllgatherOptions())
+        return self._run("all_gather", inp, output, dist.ReduceOp.SUM)
+
+    _allgather_base = all_gather_single
+
+    def reduce_scatter_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        if not self._planned(inp.device) or not self._plannable([output, inp], opts.reduceOp):
+            return self.inner(inp.device)._reduce_scatter_base(output, inp, opts)
+        return self._run("reduce_scatter", inp, output, opts.reduceOp)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def allgather(self, output_lists: Any, inputs: Any, opts: Any = None) -> dist.Work:
+        """List form: gathered into one flat buffer by hocc, then split."""
+        inp = inputs[0]
+        outs = output_lists[0]
+        if (len(inputs) != 1 or not self._planned(inp.device) or not self._plannable([inp, *outs])
+                or any(o.numel() != inp.numel() for o in outs)):
+            return self.inner(inp.device).allgather(output_lists, inputs, opts or dist.AllgatherOptions())
+        flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype, device=inp.device)
+        work = run_collective(self.hocc_engine(inp.device), "all_gather", inp, flat, "sum")
+
+        def split(_: Any) -> list[torch.Tensor]:
+            for i, o in enumerate(outs):
+                o.view(-1).copy_(flat[i * inp.numel():(i + 1) * inp.numel()])
+            return list(outs)
+
+        return _create_work_from_future(work.get_future().then(split))
+
+    def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        out = outputs[0]
+        ins = input_lists[0]
+        if (len(outputs) != 1 or not self._planned(out.device) or not self._plannable([out, *ins], opts.reduceOp)
+                or any(i.numel() != out.numel() for i in ins)):
+            return self.inner(out.device).reduce_scatter(outputs, input_lists, opts)
+        flat = torch.cat([i.reshape(-1) for i in ins])
+        return self._run("reduce_scatter", flat, out, opts.reduceOp)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> dist.Work:
+        return _all_of([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        return _all_of([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in self._inner else torch.device("cpu")
+        return self.inner(device).barrier(opts or dist.BarrierOptions())
+
+
+def _all_of(works: list[dist.Work]) -> dist.Work:
+    """One Work for several (the coalesced calls run as one call each, in order)."""
+    futs = [w.get_future() for w in works]
+    return _create_work_from_future(torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()]))
+
+
+def _delegate(name: str, backend_name: str) -> Any:
+    def method(self: HoccProcessGroup, *args: Any) -> Any:
+        t = _first_tensor(args)
+        device = t.device if t is not None else torch.device("cpu")
+        return getattr(self.inner(device), backend_name)(*args)
+
+    method.__name__ = name
+    method.__doc__ = f"{name}: delegated to the inner backend (gloo for CPU, NCCL for CUDA)."
+    return method
+
+
+for _name, _backend_name in DELEGATED.items():
+    setattr(HoccProcessGroup, _name, _delegate(_name, _backend_name))
+
+
+def create(opts: Any, _pg_options: Any = None) -> HoccProcessGroup:
+    """torch.distributed's creator hook (extended API)."""
+    return HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                            list(opts.global_ranks_in_group or []), str(opts.group_id))
+
+
+def register() -> None:
+    if "hocc" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("hocc", create, extended_api=True, devices=["cpu", "cuda"])
