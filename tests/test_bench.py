@@ -61,15 +61,15 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def test_short_real_run(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
-    res = _bench("--nprocs", "4", "--topology", "2x2", "-b", "4K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1",
-                 "--op", "all", "--algo", "native,ring,ho_ring,auto", "--json", str(out), "--plot", str(png))
+    res = _bench("--nprocs", "4", "--topology", "2x2@nic=1gbit", "-b", "4K", "-e", "64K", "-f", "4", "-n", "2",
+                 "-w", "1", "--op", "all", "--algo", "native,ring,ho_ring,auto", "--json", str(out), "--plot", str(png))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "# Out of bounds values : 0 OK" in res.stdout
     assert "ho_ring / native busbw" in res.stdout and "link bound" in res.stdout
     assert "[3/9]" in res.stderr  # progress on stderr
     doc = json.loads(out.read_text())
     assert doc["schema"] == "hocc-bench/1"
-    assert doc["meta"]["world"] == 4 and doc["meta"]["topology"] == "2x2" and doc["meta"]["hosts"]
+    assert doc["meta"]["world"] == 4 and doc["meta"]["topology"] == "2x2@nic=1gbit" and doc["meta"]["hosts"]
     rows = doc["results"]
     assert len(rows) == 3 * 3 * 4
     keys = {"op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong",
@@ -78,6 +78,8 @@ def test_short_real_run(tmp_path: Path) -> None:
         assert keys <= set(r), set(r) ^ keys
         assert r["wrong"] == 0 and r["time_us"] > 0 and r["busbw"] > 0
         assert r["ran"] in ("native", "ring", "ho_ring")
+        factor = 2 if r["op"] == "all_reduce" else 1  # x (N-1)/N = 1/2 on two hosts
+        assert r["bound_us"] == pytest.approx(r["size"] * factor / 2 / 125e6 * 1e6)
         if r["algo"] != "auto":
             assert r["ran"] == r["algo"]
     assert png.stat().st_size > 10_000
@@ -89,6 +91,15 @@ def test_csv_output() -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("op,size,count,dtype") and len(lines) == 3
+
+
+def test_no_bound_without_link_rates(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = _bench("--nprocs", "2", "--topology", "2x1", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "--quiet",
+                 "--json", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "link bound" not in res.stdout
+    assert all(r["bound_us"] is None for r in json.loads(out.read_text())["results"])
 
 
 def _is_root() -> bool:

@@ -83,7 +83,9 @@ def spec_from_args(a: argparse.Namespace) -> BenchSpec:
 
 
 def bounds_for(rows: list[Row], topo: Topology | None) -> dict[tuple[str, int], float]:
-    if topo is None:
+    """Link bounds, only where the topology spec states its link rates (the
+    emulated cluster does): local --nprocs ranks have no NIC to be bound by."""
+    if topo is None or "@" not in os.environ.get("HOCC_TOPOLOGY", ""):
         return {}
     out = {}
     for r in rows:
@@ -109,9 +111,10 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
         sys.stdout.write(f"# {title}\n# algorithms: {', '.join(spec.algos)} (interleaved per size); "
                          f"iters {spec.iters}, warmup {spec.warmup}, median per rank, -a {spec.average}\n")
         if topo is not None:
-            nic = topo.links.nic.bandwidth * 8 / 1e6
-            sys.stdout.write(f"# topology {os.environ.get('HOCC_TOPOLOGY')}: hosts {topo.host_groups()}, "
-                             f"NIC {nic:g} Mbit/s; link bound = least time the host NICs allow\n")
+            line = f"# topology {os.environ.get('HOCC_TOPOLOGY')}: hosts {topo.host_groups()}"
+            if bounds:
+                line += f", NIC {topo.links.nic.bandwidth * 8 / 1e6:g} Mbit/s; link bound = least time the NICs allow"
+            sys.stdout.write(line + "\n")
         sys.stdout.write(table(rows, spec.algos, bounds))
         sys.stdout.write(footer(rows, spec.algos, bounds))
     sys.stdout.flush()
