@@ -46,6 +46,7 @@ class ShmGroup:
         self.timeout = timeout.total_seconds()
         self.gen = 0
         self.seq = 0
+        self.broken: str | None = None  # after a failed op the segment's counters are out of step: fail fast
         self.capacity = 0
         self.mm: mmap.mmap | None = None
         self.buf: torch.Tensor | None = None
@@ -104,8 +105,8 @@ class ShmGroup:
         pause = 20e-6
         while int(self.flags[: self.n].min()) < self.seq:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"hocc shm: a host peer did not reach the barrier within {self.timeout:.0f} s "
-                                   "(did a rank die?)")
+                self.broken = f"a host peer did not reach the barrier within {self.timeout:.0f} s"
+                raise RuntimeError(f"hocc shm: {self.broken} (did a rank die?)")
             time.sleep(pause)
             pause = min(pause * 2, 1e-3)
 
@@ -114,6 +115,8 @@ class ShmGroup:
         return self._worker.submit(self._run, op, segs, reduce_op)
 
     def _run(self, op: str, segs: list[torch.Tensor], reduce_op: str) -> None:
+        if self.broken:
+            raise RuntimeError(f"hocc shm: this host group failed earlier ({self.broken}); not waiting again")
         seg_bytes = segs[0].numel() * segs[0].element_size()
         need = seg_bytes * (self.n if op == "reduce_scatter" else 1)
         if need > self.capacity:
