@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig
-from hocc.plan.types import ALGOS
+from hocc.plan.types import ALGOS, OPS
 
 ALGO_CHOICES = (*ALGOS, "auto")
 
@@ -51,7 +51,7 @@ class Config:
             cfg = replace(cfg, trace=True)
         if env.get("HOCC_RING_OPS"):
             ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
-            bad = [o for o in ops if o not in ("reduce_scatter", "all_gather", "all_reduce")]
+            bad = [o for o in ops if o not in OPS]
             if bad:
                 raise ValueError(f"HOCC_RING_OPS has unknown ops {bad}; use reduce_scatter, all_gather, "
                                  "all_reduce or none")

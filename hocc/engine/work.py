@@ -68,8 +68,3 @@ class Work:
             self._torch_fut = tf
         return self._torch_fut
 
-
-def completed(result: list[torch.Tensor]) -> Work:
-    fut: Future[Any] = Future()
-    fut.set_result(None)
-    return Work(fut, result)
