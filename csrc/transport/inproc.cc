@@ -1,0 +1,124 @@
+#include "transport/inproc.h"
+
+#include <chrono>
+
+namespace hocc {
+namespace {
+
+class InProcComm final : public Comm {
+ public:
+  InProcComm(InProcWorld& w, std::string key, int me, int n) : Comm(me, n), w_(w), key_(std::move(key)) {}
+
+  void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
+                const Lane& lane) override {
+    Device& dev = w_.device();
+    const size_t es = dtype_size(t);
+    InProcWorld::Msg out{send, send_n * es};
+    if (send_n) {
+      dev.sync(lane.stream);  // what we post must be written
+      std::lock_guard<std::mutex> lk(w_.mutex());
+      w_.channel(edge(me, (me + 1) % n)).queue.push_back(&out);
+      w_.cond().notify_all();
+    }
+    if (recv_n) {
+      InProcWorld::Channel* in;
+      InProcWorld::Msg* msg;
+      {
+        std::unique_lock<std::mutex> lk(w_.mutex());
+        in = &w_.channel(edge((me + n - 1) % n, me));
+        w_.wait(lk, [&] { return !in->queue.empty(); }, "a message from the previous ring member");
+        msg = in->queue.front();
+      }
+      if (msg->bytes != recv_n * es)
+        throw Error("hocc in-process: ring members disagree on a segment's size (" + std::to_string(msg->bytes) +
+                    " vs " + std::to_string(recv_n * es) + " bytes): the ranks ran different plans");
+      dev.reduce(recv, msg->data, recv_n, t, op, lane.stream);
+      dev.sync(lane.stream);
+      std::lock_guard<std::mutex> lk(w_.mutex());
+      in->queue.pop_front();
+      msg->consumed = true;
+      w_.cond().notify_all();
+    }
+    if (send_n) {
+      std::unique_lock<std::mutex> lk(w_.mutex());
+      try {
+        w_.wait(lk, [&] { return out.consumed; }, "the next ring member to take our segment");
+      } catch (...) {
+        auto& q = w_.channel(edge(me, (me + 1) % n)).queue;  // never leave a pointer to our stack behind
+        for (auto it = q.begin(); it != q.end(); ++it)
+          if (*it == &out) {
+            q.erase(it);
+            break;
+          }
+        throw;
+      }
+    }
+  }
+
+ private:
+  std::string edge(int from, int to) const { return key_ + ":" + std::to_string(from) + ">" + std::to_string(to); }
+  InProcWorld& w_;
+  std::string key_;
+};
+
+}  // namespace
+
+int InProcTransport::size() const { return world_.size(); }
+Device& InProcTransport::device() { return world_.device(); }
+void InProcTransport::abort(const std::string& why) { world_.abort(why); }
+
+void InProcTransport::prepare(const Plan& plan) {
+  for (const Step& s : plan.steps)
+    if (const GroupSlice* g = s.group_of(rank_))
+      if (g->ranks.size() > 1) comm(s.stage, g->ranks);
+}
+
+Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto key = std::make_pair(stage, ranks);
+  auto it = comms_.find(key);
+  if (it != comms_.end()) return *it->second;
+  int me = -1;
+  std::string name = "s" + std::to_string(stage) + "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank_) me = int(i);
+    name += std::to_string(ranks[i]) + ",";
+  }
+  if (me < 0) throw Error("hocc in-process: rank " + std::to_string(rank_) + " is not in group " + name + "]");
+  auto c = std::make_unique<InProcComm>(world_, name + "]", me, int(ranks.size()));
+  Comm& ref = *c;
+  comms_.emplace(key, std::move(c));
+  return ref;
+}
+
+InProcWorld::InProcWorld(int size, Device& device, double timeout_s) : device_(device), timeout_s_(timeout_s) {
+  if (size < 1) throw Error("hocc in-process: a world needs at least one rank");
+  for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<InProcTransport>(*this, r));
+}
+
+InProcWorld::Channel& InProcWorld::channel(const std::string& key) { return channels_[key]; }
+
+template <class Pred>
+void InProcWorld::wait(std::unique_lock<std::mutex>& lk, Pred pred, const char* what) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  while (!pred()) {
+    if (!aborted_.empty()) throw Error("hocc in-process: a peer failed (" + aborted_ + ")");
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !pred())
+      throw Error(std::string("hocc in-process: timed out after ") + std::to_string(timeout_s_) +
+                  " s waiting for " + what);
+  }
+}
+
+void InProcWorld::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_.empty()) aborted_ = why;
+  cv_.notify_all();
+}
+
+void InProcWorld::reset() {
+  std::lock_guard<std::mutex> lk(mu_);
+  aborted_.clear();
+  channels_.clear();
+}
+
+}  // namespace hocc

@@ -1,0 +1,18 @@
+// Rings over Comm::exchange, for members in any order (member i sends to i+1).
+//   reduce-scatter: at step t member i sends segment i-t-1 and reduces the
+//     received segment i-t-2 into place; after n-1 steps it holds segment i.
+//   all-gather: at step t it sends segment i-t and receives segment i-t-1.
+//   all-reduce: reduce-scatter then all-gather over n near-equal parts.
+// Each member sends (n-1) segments per phase: 2(n-1)/n of the data for
+// all-reduce, (n-1)/n of the gathered size for the others.
+#pragma once
+
+#include "transport/transport.h"
+
+namespace hocc {
+
+void ring_reduce_scatter(Comm& c, char* base, size_t seg, DType t, RedOp op, const Lane& lane);
+void ring_all_gather(Comm& c, char* base, size_t seg, DType t, const Lane& lane);
+void ring_all_reduce(Comm& c, char* base, size_t count, DType t, RedOp op, const Lane& lane);
+
+}  // namespace hocc
