@@ -24,6 +24,10 @@ class Config:
     host_transport: 'net' (default) runs CPU ranks' host-level HO-Ring stages
       on the backend / p2p rings; 'shm' through shared memory (measured no
       faster on the 2-core testbed, where both are memory-bound; opt-in).
+    engine: which executor runs plans on CUDA tensors: 'native' (the C++
+      executor over NCCL, hocc._C), 'python' (torch.distributed sub-groups),
+      'auto' (native when hocc._C was built with CUDA). CPU tensors always use
+      the Python engine.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -32,6 +36,7 @@ class Config:
     trace: bool = False
     ring_ops: tuple[str, ...] | None = None
     host_transport: str = "net"
+    engine: str = "auto"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -43,8 +48,10 @@ class Config:
             if algo not in ALGO_CHOICES:
                 raise ValueError(f"HOCC_ALGO={algo!r} is not one of {ALGO_CHOICES}")
             cfg = replace(cfg, algo=algo)
+        calibrated: CostParams | None = None
         if env.get("HOCC_TOPOLOGY"):
             cfg = replace(cfg, topology=env["HOCC_TOPOLOGY"])
+            calibrated = _calibrated_cost(env["HOCC_TOPOLOGY"])
         if env.get("HOCC_DEBUG", "0") not in ("", "0", "false", "False"):
             cfg = replace(cfg, debug=True)
         if env.get("HOCC_TRACE", "0") not in ("", "0", "false", "False"):
@@ -61,7 +68,14 @@ class Config:
             if transport not in ("shm", "net"):
                 raise ValueError(f"HOCC_HOST_TRANSPORT={transport!r} must be 'shm' or 'net'")
             cfg = replace(cfg, host_transport=transport)
+        if env.get("HOCC_ENGINE"):
+            engine = env["HOCC_ENGINE"].strip()
+            if engine not in ("auto", "native", "python"):
+                raise ValueError(f"HOCC_ENGINE={engine!r} must be 'auto', 'native' or 'python'")
+            cfg = replace(cfg, engine=engine)
         planner = cfg.planner
+        if calibrated is not None:  # a topology file from `hocc calibrate`: its fitted cost model
+            planner = replace(planner, params=calibrated)
         if env.get("HOCC_CHUNKS"):
             planner = replace(planner, chunks=_positive_int(env, "HOCC_CHUNKS"))
         if env.get("HOCC_MIN_CHUNK_BYTES"):
@@ -69,6 +83,14 @@ class Config:
         if env.get("HOCC_MAX_CHUNKS"):
             planner = replace(planner, max_chunks=_positive_int(env, "HOCC_MAX_CHUNKS"))
         return replace(cfg, planner=planner)
+
+
+def _calibrated_cost(spec: str) -> CostParams | None:
+    """The 'cost' section of a HOCC_TOPOLOGY file, if it has one (compact specs have none)."""
+    from hocc.topology import parse_spec
+
+    topo = parse_spec(spec)
+    return CostParams.from_dict(topo.cost) if topo.cost else None
 
 
 def _positive_int(env: dict[str, str], name: str) -> int:

@@ -5,34 +5,95 @@ order (what gloo and NCCL run for native steps, and what hocc's ring steps
 are). Each ring edge loads the links it crosses: the source host's loopback
 (shared by all flows inside one host), the NIC out of the source host and into
 the destination host, and across switches the trunk out of and into the
-switches. All flows of concurrent steps share those links. The executor runs
-a plan as a wavefront (tick t runs stage s of chunk t-s), so a tick costs its
-slowest link or its longest latency chain, whichever is larger.
+switches. All flows of concurrent steps share those links: a link carrying
+`B` bytes at bandwidth `b` is busy `B / b`, whoever the flows are. The
+executor runs a plan as a wavefront (tick t runs stage s of chunk t-s), so a
+tick costs its busiest link or its longest latency chain, whichever is larger,
+plus one launch.
+
+A step's bytes are multiplied by its class factor (`CostParams.op_factors`,
+keyed 'impl:op', e.g. 'native:reduce_scatter'): how much slower than a plain
+ring the backend's own implementation of that op moves data (gloo's CPU
+reduce-scatter is about 2x). `hocc calibrate` fits them with the tiers.
+
+Speed: a plan is compiled once into per-tick link loads (`PlanCost`), with
+identical steps and identical ticks computed once (all chunks of an HO-Ring
+plan load the same links), so thousands of ranks and 32 chunks cost the same
+handful of tick rows as one chunk; evaluating a compiled plan under other
+parameters is a few numpy operations (what the fit does thousands of times).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
 
 from hocc.plan.types import Plan, Step
 from hocc.topology import Topology
+from hocc.topology.links import LinkModel
 
 TIER_RANK = {"host": 0, "nic": 1, "trunk": 2}
+LINK_KINDS = ("host", "nic", "trunk", "shm", "machine")
+MACHINE = ("machine", "all")
 
 
 @dataclass(frozen=True)
 class CostParams:
     """Software costs that are not links: per-step launch, per Python ring
-    hop, local copies (packing the work buffer), and the shared-memory host
-    transport (memory bandwidth a host's ranks share, seconds per barrier). Defaults are the CPU
-    testbed's (8 ranks on 2 cores); `hocc calibrate` is the way to fit them."""
+    hop, local copies (packing the work buffer), the shared-memory host
+    transport (memory bandwidth a host's ranks share, seconds per barrier), and
+    per-class byte factors ('impl:op' -> factor, absent = 1), and
+    machine_bandwidth: when every host of the job runs on one machine (the
+    emulated cluster), the bytes that cross any host NIC (veth, tc, bridge)
+    are all forwarded by its CPUs at this total rate (inf: real hosts). Defaults are the
+    CPU testbed's (8 ranks on 2 cores); `hocc calibrate` fits them."""
 
     launch: float = 1.5e-3
     ring_step: float = 0.5e-3
     copy_bandwidth: float = 2e9
     shm_bandwidth: float = 3e9
     shm_barrier: float = 0.5e-3
+    op_factors: tuple[tuple[str, float], ...] = ()
+    machine_bandwidth: float = math.inf
+
+    def factor(self, cls: str) -> float:
+        for k, v in self.op_factors:
+            if k == cls:
+                return v
+        return 1.0
+
+    def with_factors(self, factors: dict[str, float]) -> CostParams:
+        merged = dict(self.op_factors)
+        merged.update(factors)
+        return replace(self, op_factors=tuple(sorted(merged.items())))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"launch": self.launch, "ring_step": self.ring_step,
+                             "copy_bandwidth": self.copy_bandwidth, "shm_bandwidth": self.shm_bandwidth,
+                             "shm_barrier": self.shm_barrier, "op_factors": dict(self.op_factors)}
+        if math.isfinite(self.machine_bandwidth):
+            d["machine_bandwidth"] = self.machine_bandwidth
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CostParams:
+        """Reads a topology file's 'cost' section; missing keys keep their defaults."""
+        known = {"launch", "ring_step", "copy_bandwidth", "shm_bandwidth", "shm_barrier", "op_factors",
+                 "machine_bandwidth"}
+        bad = sorted(set(d) - known)
+        if bad:
+            raise ValueError(f"unknown cost setting(s) {bad}; expected some of {sorted(known)}")
+        base = CostParams()
+        vals = {k: float(d[k]) for k in known - {"op_factors"} if k in d}
+        params = replace(base, **vals)
+        factors = d.get("op_factors") or {}
+        if not isinstance(factors, dict):
+            raise ValueError("cost 'op_factors' must map 'impl:op' (e.g. 'native:reduce_scatter') to a number")
+        return params.with_factors({str(k): float(v) for k, v in factors.items()})
 
 
 Load = dict[tuple[str, str], float]
@@ -40,8 +101,17 @@ Load = dict[tuple[str, str], float]
 
 class _Places:
     def __init__(self, topo: Topology) -> None:
-        self.host = {r: topo.host_of(r) for r in range(topo.world_size)}
-        self.switch = {r: topo.switch_of(r) for r in range(topo.world_size)}
+        self.host = {h: info.name for info in topo.host_infos() for h in info.ranks}
+        self.switch = {h: info.switch for info in topo.host_infos() for h in info.ranks}
+
+
+def places_of(topo: Topology) -> _Places:
+    """Where each rank sits, computed once per topology object."""
+    cached = getattr(topo, "_hocc_places", None)
+    if cached is None:
+        cached = _Places(topo)
+        topo._hocc_places = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def _edge_links(a: int, b: int, places: _Places) -> tuple[str, list[tuple[str, str]]]:
@@ -55,60 +125,205 @@ def _edge_links(a: int, b: int, places: _Places) -> tuple[str, list[tuple[str, s
     return "nic", links
 
 
-def step_load(step: Step, elem_size: int, topo: Topology, places: _Places, params: CostParams) -> tuple[Load, float]:
-    """Bytes per link, and the latency chain (seconds), of one step."""
-    load: Load = defaultdict(float)
-    latency = 0.0
-    for g in step.groups:
-        n = len(g.ranks)
+@dataclass(frozen=True)
+class _Shape:
+    """A step's structure, independent of link parameters: bytes per link per
+    element of segment, and its latency chain (hops, tiers crossed)."""
+
+    cls: str
+    unit: dict[tuple[str, str], float]
+    hops: int
+    tiers: frozenset[str]
+    ring: bool
+    shm: bool
+
+    @property
+    def values(self) -> np.ndarray:
+        vals = self.__dict__.get("_values")
+        if vals is None:
+            vals = np.fromiter(self.unit.values(), dtype=float, count=len(self.unit))
+            object.__setattr__(self, "_values", vals)
+        return vals
+
+
+def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Places) -> _Shape:
+    unit: dict[tuple[str, str], float] = {}
+    hops, tiers = 0, set()
+    shm = impl == "shm"
+    for ranks in groups:
+        n = len(ranks)
         if n < 2:
             continue
-        if step.impl == "shm":  # every member writes then reads through the host's memory
-            per_member = (2 * n if step.op == "reduce_scatter" else n + 1) * g.seg * elem_size
-            load[("shm", places.host[g.ranks[0]])] += n * per_member
-            latency = max(latency, 2 * params.shm_barrier)
+        if shm:  # every member writes then reads through the host's memory
+            per_member = 2 * n if op == "reduce_scatter" else n + 1
+            key = ("shm", places.host[ranks[0]])
+            unit[key] = unit.get(key, 0.0) + n * per_member
             continue
-        if step.op == "all_reduce":
-            hops, per_hop = 2 * (n - 1), g.seg / n * elem_size
-        else:
-            hops, per_hop = n - 1, g.seg * elem_size
-        worst = 0.0
-        for i, a in enumerate(g.ranks):
-            tier, links = _edge_links(a, g.ranks[(i + 1) % n], places)
-            worst = max(worst, topo.links.tier(tier).latency)
+        h, per_hop = (2 * (n - 1), 1.0 / n) if op == "all_reduce" else (n - 1, 1.0)
+        hops = max(hops, h)
+        for i, a in enumerate(ranks):
+            tier, links = _edge_links(a, ranks[(i + 1) % n], places)
+            tiers.add(tier)
             for link in links:
-                load[link] += hops * per_hop
-        overhead = params.ring_step if step.impl == "ring" else 0.0
-        latency = max(latency, hops * (worst + overhead))
-    return load, latency
+                unit[link] = unit.get(link, 0.0) + h * per_hop
+    return _Shape(f"{impl}:{op}", unit, hops, frozenset(tiers), impl == "ring", shm)
 
 
-def _bandwidth(link: tuple[str, str], topo: Topology, params: CostParams) -> float:
-    kind = link[0].split("_")[0]
-    return params.shm_bandwidth if kind == "shm" else topo.links.tier(kind).bandwidth
+def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
+    """The step's shape (cached by structure) and the segment it scales by."""
+    segs = {g.seg for g in step.groups}
+    if len(segs) == 1:
+        key: Any = (step.op, step.impl, tuple(g.ranks for g in step.groups))
+        if key not in cache:
+            cache[key] = _shape(step.op, step.impl, key[2], places)
+        return cache[key], float(segs.pop())
+    # unequal segments: fold each group's segment into its own shape
+    unit: dict[tuple[str, str], float] = {}
+    parts = [_shape(step.op, step.impl, (g.ranks,), places) for g in step.groups]
+    for g, p in zip(step.groups, parts, strict=True):
+        for k, v in p.unit.items():
+            unit[k] = unit.get(k, 0.0) + v * g.seg
+    tiers = frozenset().union(*(p.tiers for p in parts)) if parts else frozenset()
+    hops = max((p.hops for p in parts), default=0)
+    return _Shape(f"{step.impl}:{step.op}", unit, hops, tiers, step.impl == "ring", step.impl == "shm"), 1.0
+
+
+def _shape_cache(topo: Topology) -> dict[Any, _Shape]:
+    cache = getattr(topo, "_hocc_shapes", None)
+    if cache is None:
+        cache = {}
+        topo._hocc_shapes = cache  # type: ignore[attr-defined]
+    return cache
+
+
+def step_load(step: Step, elem_size: int, topo: Topology, places: _Places | None = None,
+              params: CostParams | None = None) -> tuple[Load, float]:
+    """Bytes per link (times the step's class factor), and the latency chain
+    (seconds), of one step on its own."""
+    params = params or CostParams()
+    shape, seg = _step_shape(step, places or places_of(topo), _shape_cache(topo))
+    f = params.factor(shape.cls) * seg * elem_size
+    load: Load = {k: v * f for k, v in shape.unit.items()}
+    return load, _latency(shape, topo.links, params)
+
+
+def _latency(shape: _Shape, links: LinkModel, params: CostParams) -> float:
+    if shape.shm:
+        return 2 * params.shm_barrier if shape.unit else 0.0
+    if not shape.hops:
+        return 0.0
+    worst = max(links.tier(t).latency for t in shape.tiers)
+    return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))
+
+
+@dataclass
+class PlanCost:
+    """A plan compiled for pricing: its distinct ticks, how often each occurs,
+    and per tick the bytes each link carries per step class (before class
+    factors and bandwidths). `loads[u]` has shape (links, classes)."""
+
+    links: list[tuple[str, str]]
+    classes: list[str]
+    loads: np.ndarray  # (ticks, links, classes)
+    mult: np.ndarray  # (ticks,)
+    shapes: list[list[_Shape]]  # per distinct tick, the shapes of its active steps
+    copy_bytes: float
+    kinds: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kinds = np.array([LINK_KINDS.index(link[0].split("_")[0]) for link in self.links], dtype=int)
+
+    def evaluate(self, links: LinkModel, params: CostParams) -> float:
+        return float(self.breakdown(links, params).sum() + self.copy_bytes / params.copy_bandwidth)
+
+    def breakdown(self, links: LinkModel, params: CostParams) -> np.ndarray:
+        """Seconds of each distinct tick times its multiplicity (launch included)."""
+        if not len(self.mult):
+            return np.zeros(0)
+        f = np.array([params.factor(c) for c in self.classes])
+        bw = np.array([links.host.bandwidth, links.nic.bandwidth, links.trunk.bandwidth, params.shm_bandwidth,
+                       params.machine_bandwidth])
+        if self.links:
+            link_time = (self.loads @ f) / bw[self.kinds]
+            busiest = link_time.max(axis=1)
+        else:
+            busiest = np.zeros(len(self.mult))
+        lat = np.array([max((_latency(s, links, params) for s in tick), default=0.0) for tick in self.shapes])
+        return self.mult * (np.maximum(busiest, lat) + params.launch)
+
+
+def _assemble(ticks: list[tuple[tuple[int, ...], int]], shapes: list[tuple[_Shape, float]],
+              elem_size: int, copy_bytes: float) -> PlanCost:
+    """ticks: (indices into shapes of the active steps, multiplicity)."""
+    link_ix: dict[tuple[str, str], int] = {}
+    cls_ix: dict[str, int] = {}
+    where: dict[int, np.ndarray] = {}
+    for shape, _ in shapes:
+        cls_ix.setdefault(shape.cls, len(cls_ix))
+        if id(shape) not in where:
+            where[id(shape)] = np.array([link_ix.setdefault(k, len(link_ix)) for k in shape.unit], dtype=int)
+    machine = link_ix.setdefault(MACHINE, len(link_ix)) if link_ix else -1
+    sent = {k: v for k, v in link_ix.items() if k[0] == "nic_out"}  # each flow once
+    loads = np.zeros((len(ticks), len(link_ix), len(cls_ix)))
+    for u, (active, _) in enumerate(ticks):
+        for i in active:
+            shape, seg = shapes[i]
+            np.add.at(loads[u, :, cls_ix[shape.cls]], where[id(shape)], shape.values * (seg * elem_size))
+    if machine >= 0 and sent:
+        loads[:, machine, :] = loads[:, list(sent.values()), :].sum(axis=1)
+    return PlanCost(list(link_ix), list(cls_ix), loads, np.array([m for _, m in ticks], dtype=float),
+                    [[shapes[i][0] for i in active] for active, _ in ticks], copy_bytes)
+
+
+def compile_plan(plan: Plan, topo: Topology, elem_size: int) -> PlanCost:
+    """Any plan: steps grouped into wavefront ticks, identical ticks merged."""
+    places, cache = places_of(topo), _shape_cache(topo)
+    shapes: list[tuple[_Shape, float]] = []
+    index: dict[tuple[int, float], int] = {}
+    at: dict[tuple[int, int], list[int]] = {}
+    for s in plan.steps:
+        shape, seg = _step_shape(s, places, cache)
+        key = (id(shape), seg)
+        if key not in index:
+            index[key] = len(shapes)
+            shapes.append((shape, seg))
+        at.setdefault((s.stage, s.chunk), []).append(index[key])
+    counts: Counter[tuple[int, ...]] = Counter()
+    for t in range(plan.chunks + plan.stages - 1):
+        active = tuple(sorted(i for s in range(plan.stages) for i in at.get((s, t - s), ())))
+        if active:
+            counts[active] += 1
+    copy = 0.0 if plan.algo == "native" else 2.0 * plan.layout.size * elem_size
+    return _assemble(list(counts.items()), shapes, elem_size, copy)
+
+
+def compile_pipeline(chunk_plan: Plan, chunks: int, topo: Topology, elem_size: int,
+                     scale: float = 1.0) -> PlanCost:
+    """A plan of `chunks` identical chunks, from the plan of its first chunk
+    alone (built with one chunk): what `compile_plan` gives for the full plan,
+    at a cost that does not grow with `chunks`. `scale` multiplies every
+    segment (and the layout): one chunk plan then prices any chunk size."""
+    places, cache = places_of(topo), _shape_cache(topo)
+    stages = chunk_plan.stages
+    per_stage: list[list[int]] = [[] for _ in range(stages)]
+    shapes: list[tuple[_Shape, float]] = []
+    for s in chunk_plan.steps:
+        per_stage[s.stage].append(len(shapes))
+        shape, seg = _step_shape(s, places, cache)
+        shapes.append((shape, seg * scale))
+    counts: Counter[tuple[int, ...]] = Counter()
+    for t in range(chunks + stages - 1):
+        lo, hi = max(0, t - chunks + 1), min(t, stages - 1)
+        active = tuple(i for s in range(lo, hi + 1) for i in per_stage[s])
+        if active:
+            counts[active] += 1
+    copy = 0.0 if chunk_plan.algo == "native" else 2.0 * chunks * scale * chunk_plan.layout.size * elem_size
+    return _assemble(list(counts.items()), shapes, elem_size, copy)
 
 
 def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | None = None) -> float:
     """Predicted seconds for `plan` on `topo` (the group's topology)."""
-    params = params or CostParams()
-    places = _Places(topo)
-    loads = {(s.stage, s.chunk): step_load(s, elem_size, topo, places, params) for s in plan.steps}
-    total = 0.0
-    ticks = plan.chunks + plan.stages - 1
-    for t in range(ticks):
-        active = [loads[(s, t - s)] for s in range(plan.stages) if (s, t - s) in loads]
-        if not active:
-            continue
-        merged: Load = defaultdict(float)
-        for load, _ in active:
-            for link, b in load.items():
-                merged[link] += b
-        link_time = max((b / _bandwidth(link, topo, params) for link, b in merged.items()), default=0.0)
-        lat = max(lat for _, lat in active)
-        total += max(link_time, lat) + params.launch  # launches overlap the transfers in flight
-    if plan.algo != "native":
-        total += 2 * plan.layout.size * elem_size / params.copy_bandwidth
-    return total
+    return compile_plan(plan, topo, elem_size).evaluate(topo.links, params or CostParams())
 
 
 def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:

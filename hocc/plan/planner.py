@@ -1,12 +1,16 @@
-"""The planner: builds the candidate plans for a call and picks the fastest
-predicted one (`auto`), or builds the one asked for, falling back (and saying
-so) when the topology does not allow it."""
+"""The planner: predicts each algorithm's time for a call and picks the
+fastest (`auto`), or builds the one asked for, falling back (and saying so)
+when the topology does not allow it.
+
+HO-Ring's pipeline depth K is chosen by pricing one chunk's plan run K times
+over (all chunks are alike), so choosing among K = 1..32 on thousands of ranks
+builds no 32-chunk plan; only the winner is built."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hocc.plan.cost import CostParams, predict
+from hocc.plan.cost import CostParams, PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
 from hocc.plan.ring import build_ring, ring_tier
@@ -33,6 +37,15 @@ class PlannerConfig:
     params: CostParams = field(default_factory=CostParams)
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """One algorithm's predicted seconds for a call (`chunks`: HO-Ring's K)."""
+
+    algo: str
+    seconds: float
+    chunks: int = 1
+
+
 def _chunk_choices(count: int, elem_size: int, cfg: PlannerConfig) -> list[int]:
     if cfg.chunks is not None:
         return [max(1, cfg.chunks)]
@@ -43,17 +56,71 @@ def _chunk_choices(count: int, elem_size: int, cfg: PlannerConfig) -> list[int]:
     return out
 
 
-def _best_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
-                  cfg: PlannerConfig) -> Plan | None:
-    best: Plan | None = None
+def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
+                    cfg: PlannerConfig) -> Prediction | None:
+    """The best K and its time, or None when the topology is not a uniform hierarchy."""
+    best: Prediction | None = None
     for k in _chunk_choices(count, elem_size, cfg):
-        plan = build_ho_ring(collective, topo, count, k, cfg.ring_ops, cfg.host_impl)
-        if plan is None:
+        priced = price_ho_ring(collective, topo, count, elem_size, cfg, k)
+        if priced is None:
             return None
-        plan.predicted_s = predict(plan, topo, elem_size, cfg.params)
-        if best is None or plan.predicted_s < best.predicted_s:  # type: ignore[operator]
-            best = plan
+        k_eff, cost = priced
+        secs = cost.evaluate(topo.links, cfg.params)
+        if best is None or secs < best.seconds:
+            best = Prediction("ho_ring", secs, k_eff)
     return best
+
+
+def price_ho_ring(collective: str, topo: Topology, count: int, elem_size: int, cfg: PlannerConfig,
+                  chunks: int) -> tuple[int, PlanCost] | None:
+    """The compiled cost of HO-Ring with `chunks` chunks (and the K it really
+    gets: no more chunks than elements), without building that plan."""
+    unit = _unit_chunk(collective, topo, cfg)
+    if unit is None:
+        return None
+    k_eff = max(1, min(chunks, count)) if count else 1
+    piece = -(-count // k_eff)  # a chunk's elements; all_reduce rounds up to the unit plan's piece
+    piece = -(-piece // unit.layout.piece) * unit.layout.piece
+    return k_eff, compile_pipeline(unit, k_eff, topo, elem_size, piece / unit.layout.piece)
+
+
+def _unit_chunk(collective: str, topo: Topology, cfg: PlannerConfig) -> Plan | None:
+    """One chunk's HO-Ring plan at the smallest piece (every step's segment is
+    that piece times a constant), built once per topology object."""
+    cache = getattr(topo, "_hocc_units", None)
+    if cache is None:
+        cache = {}
+        topo._hocc_units = cache  # type: ignore[attr-defined]
+    key = (collective, cfg.ring_ops, cfg.host_impl)
+    if key not in cache:
+        cache[key] = build_ho_ring(collective, topo, 1, 1, cfg.ring_ops, cfg.host_impl)
+    plan: Plan | None = cache[key]
+    return plan
+
+
+def predict_all(collective: str, count: int, elem_size: int, topo: Topology,
+                cfg: PlannerConfig | None = None) -> dict[str, Prediction]:
+    """Predicted time of every algorithm that can run (native, ring, ho_ring)."""
+    cfg = cfg or PlannerConfig()
+    out = {
+        "native": Prediction("native", predict(build_native(collective, topo.world_size, count, ring_tier(topo)),
+                                               topo, elem_size, cfg.params)),
+        "ring": Prediction("ring", predict(build_ring(collective, topo, count), topo, elem_size, cfg.params)),
+    }
+    ho = predict_ho_ring(collective, topo, count, elem_size, cfg)
+    if ho is not None:
+        out["ho_ring"] = ho
+    return out
+
+
+def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None) -> str:
+    """auto's pick: the fastest predicted, but native unless the gain beats the margin."""
+    cfg = cfg or PlannerConfig()
+    best = min(preds.values(), key=lambda p: p.seconds)
+    native = preds["native"]
+    if best.algo != "native" and best.seconds > native.seconds * (1 - cfg.native_margin):
+        return "native"
+    return best.algo
 
 
 def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo: str = "auto",
@@ -65,29 +132,24 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
     if algo not in (*ALGOS, "auto"):
         raise ValueError(f"unknown algo {algo!r}; expected one of {(*ALGOS, 'auto')}")
-    native = build_native(collective, topo.world_size, count, ring_tier(topo))
-    native.predicted_s = predict(native, topo, elem_size, cfg.params)
-    if algo == "native":
-        native.reason = "asked for"
-        return native
-    ring = build_ring(collective, topo, count)
-    ring.predicted_s = predict(ring, topo, elem_size, cfg.params)
-    if algo == "ring":
-        ring.reason = "asked for"
-        return ring
-    ho = _best_ho_ring(collective, topo, count, elem_size, cfg)
-    if algo == "ho_ring":
-        if ho is None:
-            ring.reason = (f"ho_ring needs equal ranks per host and hosts per switch; topology "
-                           f"{topo.shape()} is not, so the topology-ordered ring ran")
-            return ring
-        ho.reason = "asked for"
-        return ho
-    cands = [p for p in (native, ring, ho) if p is not None]
-    best = min(cands, key=lambda p: p.predicted_s or 0.0)
-    assert native.predicted_s is not None and best.predicted_s is not None
-    if best is not native and best.predicted_s > native.predicted_s * (1 - cfg.native_margin):
-        best = native
-    preds = ", ".join(f"{p.algo} {p.predicted_s * 1e3:.3f} ms" for p in cands if p.predicted_s is not None)
-    best.reason = f"auto: predicted {preds}"
-    return best
+    preds = predict_all(collective, count, elem_size, topo, cfg)
+    reason = "asked for"
+    pick = algo
+    if algo == "ho_ring" and "ho_ring" not in preds:
+        pick = "ring"
+        reason = (f"ho_ring needs equal ranks per host and hosts per switch; topology "
+                  f"{topo.shape()} is not, so the topology-ordered ring ran")
+    elif algo == "auto":
+        pick = choose(preds, cfg)
+        reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
+    if pick == "native":
+        plan = build_native(collective, topo.world_size, count, ring_tier(topo))
+    elif pick == "ring":
+        plan = build_ring(collective, topo, count)
+    else:
+        ho = build_ho_ring(collective, topo, count, preds["ho_ring"].chunks, cfg.ring_ops, cfg.host_impl)
+        assert ho is not None
+        plan = ho
+    plan.predicted_s = preds[pick].seconds
+    plan.reason = reason
+    return plan

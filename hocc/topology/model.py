@@ -31,7 +31,10 @@ class Topology:
 
     def __init__(self, hosts: Sequence[HostInfo], links: LinkModel | None = None) -> None:
         self.links = links or LinkModel()
+        self.cost: dict[str, Any] | None = None  # a file's calibrated 'cost' section (hocc.plan.cost.CostParams)
         self._hosts: list[HostInfo] | None = None
+        self._world: int | None = None
+        self._switch_groups: list[list[tuple[int, ...]]] | None = None
         self.graph: nx.Graph = nx.Graph()
         self.graph.add_node(("core", "core"), kind="core")
         seen: set[int] = set()
@@ -57,7 +60,9 @@ class Topology:
     # -- derived views -------------------------------------------------------
     @property
     def world_size(self) -> int:
-        return sum(1 for n in self.graph if n[0] == "rank")
+        if self._world is None:
+            self._world = sum(1 for n in self.graph if n[0] == "rank")
+        return self._world
 
     def host_infos(self) -> list[HostInfo]:
         """Hosts with their ranks sorted, ordered switch by switch, then by lowest rank."""
@@ -101,7 +106,13 @@ class Topology:
 
     def switch_groups(self, ranks: Iterable[int] | None = None) -> list[list[tuple[int, ...]]]:
         """Host groups under each switch (restricted to `ranks`)."""
-        keep = None if ranks is None else set(ranks)
+        if ranks is None:
+            if self._switch_groups is None:
+                self._switch_groups = self._switch_groups_of(None)
+            return [list(s) for s in self._switch_groups]
+        return self._switch_groups_of(set(ranks))
+
+    def _switch_groups_of(self, keep: set[int] | None) -> list[list[tuple[int, ...]]]:
         by_switch: dict[str, list[tuple[int, ...]]] = {}
         for h in self.host_infos():
             g = tuple(r for r in h.ranks if keep is None or r in keep)
@@ -128,7 +139,9 @@ class Topology:
             self.host_of(r)
         hosts = [HostInfo(h.name, h.switch, tuple(sorted(index[r] for r in h.ranks if r in index)))
                  for h in self.host_infos()]
-        return Topology([h for h in hosts if h.ranks], self.links)
+        sub = Topology([h for h in hosts if h.ranks], self.links)
+        sub.cost = self.cost
+        return sub
 
     def shape(self) -> str:
         """Compact description, e.g. '2x4', '2x2x2', '3+5'."""
@@ -142,10 +155,13 @@ class Topology:
 
     # -- (de)serialization ---------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "hosts": [{"name": h.name, "switch": h.switch, "ranks": list(h.ranks)} for h in self.host_infos()],
             "links": self.links.to_dict(),
         }
+        if self.cost:
+            d["cost"] = self.cost
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -161,7 +177,12 @@ class Topology:
             hosts.append(HostInfo(str(h.get("name", f"host{i}")), str(h.get("switch", "switch0")),
                                   tuple(int(r) for r in h["ranks"])))
         links = LinkModel.from_dict(d.get("links", {}) or {})
-        return Topology(hosts, links)
+        topo = Topology(hosts, links)
+        cost = d.get("cost")
+        if cost is not None and not isinstance(cost, dict):
+            raise ValueError("a topology file's 'cost' section must be a mapping (what hocc calibrate writes)")
+        topo.cost = cost or None
+        return topo
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Topology) and self.to_dict() == other.to_dict()

@@ -1,0 +1,105 @@
+"""The cost model on small hand-checked cases: link sharing (rails on one NIC,
+an oversubscribed trunk, a machine all emulated hosts share), class factors,
+and the compiled pipeline being exactly the full plan's price."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hocc.plan import CostParams, PlannerConfig, predict
+from hocc.plan.cost import compile_pipeline, compile_plan, step_load
+from hocc.plan.ho_ring import build_ho_ring
+from hocc.plan.native import build_native
+from hocc.plan.planner import predict_all, predict_ho_ring
+from hocc.topology import parse_spec, uniform
+
+NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
+MB = 1_000_000
+
+
+def test_one_flow_on_one_nic() -> None:
+    """2 hosts x 1 rank, all-gather of c elements: each NIC carries c*4 bytes once."""
+    topo = parse_spec("2x1@nic=8mbit,nic_latency=0")  # 1 MB/s
+    plan = build_native("all_gather", 2, MB // 4, "nic")
+    assert predict(plan, topo, 4, NO_SOFTWARE) == pytest.approx(1.0)
+
+
+def test_rails_share_the_nic() -> None:
+    """2x4 HO-Ring all-gather, one chunk: the rail stage's 4 rings all leave
+    through each host's one NIC, so it takes 4x a single ring's time."""
+    topo = parse_spec("2x4@nic=8mbit,nic_latency=0,host=8000gbit,host_latency=0")
+    plan = build_ho_ring("all_gather", topo, MB // 4, 1)
+    assert plan is not None
+    rail = next(s for s in plan.steps if s.tier == "nic")
+    load, _ = step_load(rail, 4, topo, params=NO_SOFTWARE)
+    assert load[("nic_out", "host0")] == pytest.approx(4 * MB)
+    assert predict(plan, topo, 4, NO_SOFTWARE) == pytest.approx(4.0, rel=1e-3)
+
+
+def test_oversubscribed_trunk() -> None:
+    """2 switches x 2 hosts x 1 rank, flat native all-gather in rank order: the
+    ring crosses the trunk once each way; the trunk carries 3 blocks one way
+    (the ring's 3 hops all pass the edge 1->2) at a quarter of the NIC rate."""
+    topo = parse_spec("2x2x1@nic=8mbit,trunk=2mbit,nic_latency=0,trunk_latency=0")
+    plan = build_native("all_gather", 4, MB // 4, "trunk")
+    load, _ = step_load(plan.steps[0], 4, topo, params=NO_SOFTWARE)
+    assert load[("trunk_out", "switch0")] == pytest.approx(3 * MB)
+    assert load[("nic_out", "host0")] == pytest.approx(3 * MB)
+    assert predict(plan, topo, 4, NO_SOFTWARE) == pytest.approx(3 * MB / 250_000)  # trunk: 12 s, NIC 3 s
+
+
+def test_latency_chain_when_bytes_are_few() -> None:
+    topo = parse_spec("4x1@nic_latency=1ms")
+    plan = build_native("all_reduce", 4, 4, "nic")  # 2(p-1) = 6 hops
+    assert predict(plan, topo, 4, NO_SOFTWARE) == pytest.approx(6e-3, rel=1e-3)
+
+
+def test_factor_and_machine_bandwidth() -> None:
+    topo = parse_spec("2x1@nic=8mbit,nic_latency=0")
+    plan = build_native("reduce_scatter", 2, MB // 4, "nic")  # each NIC: 1 MB
+    base = predict(plan, topo, 4, NO_SOFTWARE)
+    slow = predict(plan, topo, 4, NO_SOFTWARE.with_factors({"native:reduce_scatter": 2.0}))
+    assert slow == pytest.approx(2 * base)
+    assert NO_SOFTWARE.with_factors({"native:all_gather": 3.0}).factor("native:reduce_scatter") == 1.0
+    # one machine forwarding both hosts' NIC bytes (2 MB) at 1 MB/s: 2 s, not 1
+    shared = predict(plan, topo, 4, CostParams(0.0, 0.0, 1e30, machine_bandwidth=1e6))
+    assert shared == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("spec", ["2x4", "2x2x2:scattered", "4x2@nic=1gbit", "8"])
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_pipeline_price_is_exact(spec: str, coll: str) -> None:
+    topo = parse_spec(spec)
+    for k in (1, 2, 3, 8):
+        for count in (1, 1000, 1 << 20):
+            cfg = PlannerConfig(chunks=k, ring_ops=("reduce_scatter", "all_gather"))
+            full = build_ho_ring(coll, topo, count, k, cfg.ring_ops)
+            assert full is not None
+            fast = predict_ho_ring(coll, topo, count, 4, cfg)
+            assert fast is not None and fast.chunks == full.chunks
+            assert fast.seconds == pytest.approx(predict(full, topo, 4), rel=1e-12)
+            first = build_ho_ring(coll, topo, -(-count // full.chunks), 1, cfg.ring_ops)
+            assert first is not None
+            assert compile_pipeline(first, full.chunks, topo, 4).evaluate(topo.links, CostParams()) == \
+                pytest.approx(compile_plan(full, topo, 4).evaluate(topo.links, CostParams()), rel=1e-12)
+
+
+def test_params_roundtrip() -> None:
+    p = CostParams(launch=1e-5, machine_bandwidth=5e8).with_factors({"native:all_reduce": 0.9})
+    assert CostParams.from_dict(p.to_dict()) == p
+    assert "machine_bandwidth" not in CostParams().to_dict()
+    with pytest.raises(ValueError, match="unknown cost setting"):
+        CostParams.from_dict({"lunch": 1})
+
+
+def test_thousands_of_ranks_in_seconds() -> None:
+    topo = uniform(512, 8, 8)
+    t0 = time.perf_counter()
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for size in (1 << 20, 1 << 26, 1 << 32):
+            count = size // 4 if coll == "all_reduce" else size // 4 // 4096
+            preds = predict_all(coll, count, 4, topo)
+            assert set(preds) == {"native", "ring", "ho_ring"}
+    assert time.perf_counter() - t0 < 20
