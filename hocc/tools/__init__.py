@@ -1,0 +1,1 @@
+"""Command-line tools: `hocc plan` and `hocc calibrate` (no torch.distributed needed)."""

@@ -1,0 +1,256 @@
+"""`hocc calibrate`: fit the cost model to hocc-bench results.
+
+Each measured row (scenario, op, size, algorithm) is priced by the plan that
+ran: native and ring are fixed plans; ho_ring's pipeline depth K is the one the
+engine picked when it ran (the uncalibrated model's pick, which is what the
+bench's processes used). The fit adjusts, in log space, by damped Gauss-Newton
+(Levenberg-Marquardt) on log(predicted / measured):
+
+  per tier (host, nic, trunk): a bandwidth efficiency (fitted bandwidth =
+    efficiency x the rate the scenario's topology states) and a latency (s);
+  launch, ring_step, copy_bandwidth (CostParams);
+  per native op class ('native:all_reduce', ...): a byte factor, how much
+    slower than a plain ring the backend's own collective moves data.
+
+Parameters no measurement touches (no trunk in the data, say) keep their
+starting values. The result writes a topology file (hosts, fitted links and a
+'cost' section) that HOCC_TOPOLOGY and `hocc plan` read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hocc.plan.cost import CostParams, PlanCost, compile_plan
+from hocc.plan.native import build_native
+from hocc.plan.planner import PlannerConfig, predict_ho_ring, price_ho_ring
+from hocc.plan.ring import build_ring, ring_tier
+from hocc.topology import TIERS, Link, LinkModel, Topology, parse_spec
+
+GLOO_RING_OPS = ("reduce_scatter", "all_gather")
+ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
+NATIVE_CLASSES = ("native:all_reduce", "native:reduce_scatter", "native:all_gather")
+
+
+@dataclass
+class Sample:
+    """One measured point and the compiled plan that ran."""
+
+    scenario: str
+    topo: Topology
+    op: str
+    size: int
+    algo: str
+    seconds: float
+    cost: PlanCost
+    chunks: int = 1
+
+
+def planner_for(device: str) -> PlannerConfig:
+    """What the engine runs with on that device (gloo on CPU, NCCL on CUDA)."""
+    return PlannerConfig(ring_ops=GLOO_RING_OPS if device == "cpu" else ())
+
+
+def per_rank_count(op: str, size: int, elem: int, world: int) -> int:
+    """hocc-bench sizes are the full buffer S; planner counts are per rank."""
+    total = size // elem
+    return total if op == "all_reduce" else total // world
+
+
+def price(op: str, algo: str, count: int, elem: int, topo: Topology, cfg: PlannerConfig,
+          chunks: int | None = None) -> tuple[PlanCost, int]:
+    """The compiled plan for one algorithm; ho_ring's K is `chunks`, or the
+    one the planner picks with `cfg`."""
+    if algo == "native":
+        return compile_plan(build_native(op, topo.world_size, count, ring_tier(topo)), topo, elem), 1
+    if algo == "ring":
+        return compile_plan(build_ring(op, topo, count), topo, elem), 1
+    if chunks is None:
+        pred = predict_ho_ring(op, topo, count, elem, cfg)
+        if pred is None:
+            raise ValueError(f"ho_ring does not run on {topo.shape()}")
+        chunks = pred.chunks
+    priced = price_ho_ring(op, topo, count, elem, cfg, chunks)
+    assert priced is not None
+    return priced[1], priced[0]
+
+
+def load_samples(paths: Sequence[str | Path], algos: Sequence[str] = ("native", "ring", "ho_ring"),
+                 ) -> list[Sample]:
+    """Measured rows of hocc-bench JSON files (schema hocc-bench/1) whose
+    meta names the topology (HOCC_TOPOLOGY spec); 'auto' rows are skipped
+    (they repeat whichever algorithm auto ran)."""
+    out: list[Sample] = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        meta = doc.get("meta", {})
+        spec = meta.get("topology") or str(meta.get("world", ""))
+        if not spec:
+            raise ValueError(f"{path}: its meta names no topology; rerun hocc-bench with --topology")
+        topo = parse_spec(spec)
+        cfg = planner_for(meta.get("device", "cpu"))
+        name = Path(path).stem
+        for r in doc["results"]:
+            if r["algo"] not in algos or r["ran"] != r["algo"]:
+                continue
+            elem = ELEM.get(r["dtype"], 4)
+            count = per_rank_count(r["op"], r["size"], elem, topo.world_size)
+            cost, k = price(r["op"], r["algo"], count, elem, topo, cfg)
+            out.append(Sample(name, topo, r["op"], r["size"], r["algo"], r["time_us"] * 1e-6, cost, k))
+    return out
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted model: per-tier bandwidth efficiency and latency, and CostParams.
+    `free` names the parameters the data determined."""
+
+    efficiency: dict[str, float]
+    latency: dict[str, float]
+    params: CostParams
+    free: tuple[str, ...] = ()
+    rms_log: float = 0.0
+    iterations: int = 0
+
+    def links_for(self, nominal: LinkModel) -> LinkModel:
+        """A topology's links with the fitted efficiencies and latencies."""
+        model = nominal
+        for t in TIERS:
+            base = nominal.tier(t)
+            model = model.with_tier(t, Link(base.bandwidth * self.efficiency.get(t, 1.0),
+                                            self.latency.get(t, base.latency)))
+        return model
+
+    def predict(self, s: Sample) -> float:
+        return s.cost.evaluate(self.links_for(s.topo.links), self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"efficiency": self.efficiency, "latency": self.latency, "params": self.params.to_dict(),
+                "free": list(self.free), "rms_log": self.rms_log, "iterations": self.iterations}
+
+
+@dataclass
+class _Space:
+    """The parameter vector: names, and how to turn a vector into a Fit."""
+
+    names: list[str]
+    start: np.ndarray  # log values
+    base: Fit = field(repr=False)
+
+    def fit_of(self, x: np.ndarray) -> Fit:
+        eff, lat = dict(self.base.efficiency), dict(self.base.latency)
+        params = self.base.params
+        factors: dict[str, float] = {}
+        for name, v in zip(self.names, np.exp(x), strict=True):
+            kind, _, what = name.partition(".")
+            if kind == "eff":
+                eff[what] = float(v)
+            elif kind == "lat":
+                lat[what] = float(v)
+            elif kind == "factor":
+                factors[what] = float(v)
+            else:
+                params = replace(params, **{what: float(v)})
+        return Fit(eff, lat, params.with_factors(factors) if factors else params, tuple(self.names))
+
+
+def _space(samples: Sequence[Sample], start: Fit, one_machine: bool) -> _Space:
+    kinds = {k for s in samples for k in s.cost.kinds.tolist()}
+    tiers = [t for i, t in enumerate(TIERS) if i in kinds]
+    classes = {c for s in samples for c in s.cost.classes}
+    names: list[str] = []
+    vals: list[float] = []
+    for t in tiers:
+        names += [f"eff.{t}", f"lat.{t}"]
+        vals += [start.efficiency.get(t, 1.0), start.latency.get(t, LinkModel().tier(t).latency)]
+    names.append("param.launch")
+    vals.append(start.params.launch)
+    if any(c.startswith("ring:") for c in classes):
+        names.append("param.ring_step")
+        vals.append(start.params.ring_step)
+    if any(s.cost.copy_bytes for s in samples):
+        names.append("param.copy_bandwidth")
+        vals.append(start.params.copy_bandwidth)
+    if one_machine:
+        names.append("param.machine_bandwidth")
+        vals.append(start.params.machine_bandwidth)
+    for c in NATIVE_CLASSES:
+        if c in classes:
+            names.append(f"factor.{c}")
+            vals.append(start.params.factor(c))
+    return _Space(names, np.log(np.array(vals)), start)
+
+
+def default_start() -> Fit:
+    links = LinkModel()
+    return Fit({t: 1.0 for t in TIERS}, {t: links.tier(t).latency for t in TIERS}, CostParams())
+
+
+def calibrate(samples: Sequence[Sample], start: Fit | None = None, weights: Sequence[float] | None = None,
+              iterations: int = 60, prior: float = 0.02, one_machine: bool = False) -> Fit:
+    """Least squares on log(predicted / measured), Levenberg-Marquardt in log
+    parameters, with a weak pull (`prior`) towards the start so parameters the
+    data hardly sees stay put. `one_machine`: the measured hosts were emulated
+    on one machine, so also fit the machine-wide bandwidth they share."""
+    if not samples:
+        raise ValueError("no measured rows to calibrate from")
+    start = start or default_start()
+    if one_machine and not math.isfinite(start.params.machine_bandwidth):  # non-smooth: a few starts
+        fits = [calibrate(samples, replace(start, params=replace(start.params, machine_bandwidth=mb)), weights,
+                          iterations, prior, True) for mb in (1e8, 4e8, 1.6e9)]
+        return min(fits, key=lambda f: f.rms_log)
+    space = _space(samples, start, one_machine)
+    meas = np.log(np.array([s.seconds for s in samples]))
+    w = np.sqrt(np.asarray(weights, dtype=float)) if weights is not None else np.ones(len(samples))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        fit = space.fit_of(x)
+        pred = np.log(np.array([fit.predict(s) for s in samples]))
+        return np.concatenate([(pred - meas) * w, prior * (x - space.start)])
+
+    x = space.start.copy()
+    r = residuals(x)
+    lam, it = 1e-2, 0
+    for it in range(1, iterations + 1):  # noqa: B007 - reported
+        h = 1e-4
+        jac = np.empty((len(r), len(x)))
+        for j in range(len(x)):
+            xp = x.copy()
+            xp[j] += h
+            jac[:, j] = (residuals(xp) - r) / h
+        g = jac.T @ r
+        a = jac.T @ jac
+        improved = False
+        for _ in range(10):
+            step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-9), -g)
+            step = np.clip(step, -2.0, 2.0)
+            r_new = residuals(x + step)
+            if r_new @ r_new < r @ r:
+                x, r = x + step, r_new
+                lam = max(lam / 3, 1e-7)
+                improved = True
+                break
+            lam *= 4
+        if not improved or np.abs(step).max() < 1e-6:
+            break
+    fit = space.fit_of(x)
+    n = len(samples)
+    rms = math.sqrt(float(np.mean((r[:n] / w) ** 2)))
+    return replace(fit, rms_log=rms, iterations=it)
+
+
+def calibrated_topology(fit: Fit, target: Topology) -> Topology:
+    """`target` with fitted links and the fitted CostParams as its 'cost' section."""
+    topo = Topology(target.host_infos(), fit.links_for(target.links))
+    cost = fit.params.to_dict()
+    if not cost["op_factors"]:
+        del cost["op_factors"]
+    topo.cost = cost
+    return topo

@@ -1,0 +1,184 @@
+"""`hocc plan`: predicted time and busbw of every algorithm, auto's pick, and
+the sizes where the pick changes, for a topology given as a spec, a file, or
+synthetic flags (thousands of ranks answer in seconds: see hocc.plan.cost).
+
+    hocc plan 2x4@nic=200mbit --op all -b 64K -e 64M
+    hocc plan --hosts 512 --ranks-per-host 8 --switches 8 --nic 400gbit --trunk 1600gbit --backend nccl
+    hocc plan calibrated.json --op all_reduce --draw plan.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from hocc.bench.sizes import parse_size, sweep
+from hocc.plan.cost import CostParams
+from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
+from hocc.plan.types import COLLECTIVES
+from hocc.topology import Topology, parse_links, parse_spec, uniform
+from hocc.topology.links import LinkModel
+
+RING_OPS = {"gloo": ("reduce_scatter", "all_gather"), "nccl": ()}
+GPU_PARAMS = CostParams(launch=20e-6, ring_step=5e-6, copy_bandwidth=1e12)
+"""Assumed for --backend nccl without a calibrated file: a kernel launch 20 us,
+a ring hop's software cost 5 us, device copies at 1 TB/s."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", nargs="?", help="spec ('2x4', '2x2x2@nic=1gbit') or a topology file (.json/.yaml)")
+    g = p.add_argument_group("synthetic topology (instead of a spec)")
+    g.add_argument("--hosts", type=int, help="number of hosts")
+    g.add_argument("--ranks-per-host", type=int, default=8, help="ranks (GPUs) per host (default 8)")
+    g.add_argument("--switches", type=int, default=1, help="switches the hosts spread over (default 1)")
+    g.add_argument("--placement", choices=("block", "scattered"), default="block")
+    for tier in ("host", "nic", "trunk"):
+        g.add_argument(f"--{tier}", help=f"{tier} bandwidth, e.g. 200mbit, 25GB (overrides the spec's)")
+        g.add_argument(f"--{tier}-latency", help=f"{tier} latency, e.g. 5us")
+    p.add_argument("--backend", choices=sorted(RING_OPS), default="gloo",
+                   help="whose native collectives the plans use (gloo: HO-Ring's host stages as p2p rings, CPU "
+                        "testbed costs; nccl: GPU costs, see GPU_PARAMS) unless the topology file has a cost section")
+    p.add_argument("--launch", help="seconds per step launch (default: the topology file's, else the CPU testbed's)")
+    p.add_argument("--op", default="all_reduce", help="all_reduce, reduce_scatter, all_gather or all")
+    p.add_argument("-b", "--minbytes", default="1M", help="smallest size S (full buffer, as hocc-bench)")
+    p.add_argument("-e", "--maxbytes", default="1G", help="largest size")
+    p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size step factor (default 4)")
+    p.add_argument("--elem-size", type=int, default=4, help="bytes per element (default 4, float32)")
+    p.add_argument("--json", metavar="FILE", help="write the predictions as JSON ('-' for stdout)")
+    p.add_argument("--draw", metavar="FILE.png", help="draw the topology and the rings of auto's plan")
+    p.add_argument("--draw-size", help="size whose plan --draw shows (default: the largest)")
+
+
+def build_topology(a: argparse.Namespace) -> Topology:
+    """From a spec or file, or from --hosts etc.; link flags override."""
+    if a.hosts:
+        if a.topology:
+            raise SystemExit("give either a topology spec or --hosts, not both")
+        topo = uniform(a.hosts, a.ranks_per_host, a.switches, a.placement)
+    elif a.topology:
+        topo = parse_spec(a.topology)
+    else:
+        raise SystemExit("give a topology: a spec such as 2x4, a file, or --hosts N [--ranks-per-host G]")
+    items = [f"{t}={getattr(a, t)}" for t in ("host", "nic", "trunk") if getattr(a, t)]
+    items += [f"{t}_latency={getattr(a, t + '_latency')}" for t in ("host", "nic", "trunk")
+              if getattr(a, t + "_latency")]
+    if items:
+        cost = topo.cost
+        topo = Topology(topo.host_infos(), parse_links(",".join(items), topo.links))
+        topo.cost = cost
+    return topo
+
+
+def planner_config(topo: Topology, backend: str, launch: str | None = None) -> PlannerConfig:
+    params = CostParams.from_dict(topo.cost) if topo.cost else GPU_PARAMS if backend == "nccl" else CostParams()
+    if launch is not None:
+        params = CostParams.from_dict({**params.to_dict(), "launch": float(launch)})
+    return PlannerConfig(ring_ops=RING_OPS[backend], params=params)
+
+
+def busbw_factor(op: str, world: int) -> float:
+    return (2 if op == "all_reduce" else 1) * (world - 1) / world if world > 1 else 0.0
+
+
+def per_rank_count(op: str, size: int, elem: int, world: int) -> int:
+    total = size // elem
+    return total if op == "all_reduce" else total // world
+
+
+def predictions(op: str, size: int, elem: int, topo: Topology, cfg: PlannerConfig) -> dict[str, Prediction]:
+    return predict_all(op, per_rank_count(op, size, elem, topo.world_size), elem, topo, cfg)
+
+
+def crossovers(op: str, sizes: list[int], picks: list[str], elem: int, topo: Topology,
+               cfg: PlannerConfig) -> list[tuple[int, str, str]]:
+    """(size, from, to) where auto's pick changes between neighbouring sizes,
+    refined by bisection to within 2%."""
+    out = []
+    unit = elem if op == "all_reduce" else elem * topo.world_size
+    for (lo, a), (hi, b) in zip(zip(sizes, picks, strict=True), zip(sizes[1:], picks[1:], strict=True),
+                                strict=False):
+        if a == b:
+            continue
+        left, right = lo, hi
+        while right > left * 1.02 and right - left > unit:
+            mid = int((left * right) ** 0.5) // unit * unit or unit
+            if mid <= left or mid >= right:
+                break
+            if choose(predictions(op, mid, elem, topo, cfg), cfg) == a:
+                left = mid
+            else:
+                right = mid
+        out.append((right, a, b))
+    return out
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.4g} {unit}"
+    return f"{int(n)} B"
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e3:.3f} ms" if s < 10 else f"{s:.2f} s"
+
+
+def run(a: argparse.Namespace) -> int:
+    topo = build_topology(a)
+    cfg = planner_config(topo, a.backend, a.launch)
+    ops = list(COLLECTIVES) if a.op == "all" else [a.op]
+    for op in ops:
+        if op not in COLLECTIVES:
+            raise SystemExit(f"unknown op {op!r}; use one of {COLLECTIVES} or all")
+    sizes = sweep(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor)
+    world, elem = topo.world_size, a.elem_size
+    hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
+    lm: LinkModel = topo.links
+    print(f"# topology {topo.shape()}: {world} ranks, {hosts} hosts, {switches} switch(es); "
+          f"host {lm.host.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.host.latency * 1e6:.3g} us, "
+          f"nic {lm.nic.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.nic.latency * 1e6:.3g} us, "
+          f"trunk {lm.trunk.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.trunk.latency * 1e6:.3g} us; "
+          f"backend {a.backend}{'; calibrated cost' if topo.cost else ''}")
+    report: dict[str, Any] = {"topology": topo.shape(), "world": world, "hosts": hosts, "switches": switches,
+                              "links": lm.to_dict(), "params": cfg.params.to_dict(), "ops": {}}
+    for op in ops:
+        rows, picks = [], []
+        algos = ["native", "ring", "ho_ring"]
+        print(f"#\n# {op}\n# {'size':>10} " + "".join(f"{x:>26}" for x in algos) + f"{'auto':>10}")
+        print(f"# {'':>10} " + "".join(f"{'time  busbw(GB/s)':>26}" for _ in algos))
+        for size in sizes:
+            preds = predictions(op, size, elem, topo, cfg)
+            pick = choose(preds, cfg)
+            picks.append(pick)
+            line = f"  {_fmt_bytes(size):>10} "
+            for x in algos:
+                p = preds.get(x)
+                if p is None:
+                    line += f"{'-':>26}"
+                    continue
+                busbw = size / p.seconds * busbw_factor(op, world) / 1e9 if p.seconds else 0.0
+                k = f" K={p.chunks}" if x == "ho_ring" else ""
+                line += f"{_fmt_time(p.seconds) + k:>17} {busbw:>8.3f}"
+            print(line + f"{pick:>10}")
+            rows.append({"size": size, "auto": pick, "algos": {x: asdict(p) for x, p in preds.items()}})
+        cross = crossovers(op, sizes, picks, elem, topo, cfg)
+        text = "; ".join(f"{a_} -> {b_} at {_fmt_bytes(s)}" for s, a_, b_ in cross) or "none in this range"
+        print(f"# crossovers: {text}")
+        report["ops"][op] = {"rows": rows, "crossovers": [{"size": s, "from": x, "to": y} for s, x, y in cross]}
+    if a.json:
+        text = json.dumps(report, indent=1)
+        if a.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            with open(a.json, "w") as f:
+                f.write(text + "\n")
+    if a.draw:
+        from hocc.tools.draw import draw_plan
+
+        size = parse_size(a.draw_size) if a.draw_size else sizes[-1]
+        shown = draw_plan(topo, ops[0], per_rank_count(ops[0], size, elem, world), elem, cfg, a.draw)
+        print(f"# drew {shown} to {a.draw}")
+    return 0
