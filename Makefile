@@ -5,16 +5,25 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hocc-installed
+CSRC := $(shell find csrc -type f)
 
-.PHONY: venv demo demo-cluster test lint clean
+.PHONY: venv build demo demo-cluster test lint clean
 
-$(STAMP): pyproject.toml setup.py
+# hocc._C builds against the venv's pybind11 and NCCL (nvidia-nccl-cu12), hence
+# --no-build-isolation; its CUDA/NCCL parts build where nvcc is on PATH.
+$(STAMP): pyproject.toml setup.py $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q 'setuptools>=77' wheel 'pybind11>=2.12' nvidia-nccl-cu12
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	$(PY) -m hocc.native
 	touch $@
 
 venv: $(STAMP)
+
+# rebuild hocc._C in place after editing csrc/ (faster than reinstalling)
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
 
 demo: $(STAMP)
 	$(PY) -m hocc.bench --nprocs 8 --topology 2x4 -b 64K -e 4M -f 4 -n 5 -w 2 -c 1 \
@@ -27,8 +36,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hocc tests bench
 
 test: $(STAMP)
+	$(PY) -m hocc.native
 	$(VENV)/bin/ruff check hocc tests bench
 	$(PY) -m pytest -q tests
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info hocc/_C*.so

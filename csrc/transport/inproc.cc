@@ -20,42 +20,58 @@ class InProcComm final : public Comm {
       w_.channel(edge(me, (me + 1) % n)).queue.push_back(&out);
       w_.cond().notify_all();
     }
-    if (recv_n) {
-      InProcWorld::Channel* in;
-      InProcWorld::Msg* msg;
-      {
+    try {
+      if (recv_n) receive(recv, recv_n, t, op, lane);
+      if (send_n) {
         std::unique_lock<std::mutex> lk(w_.mutex());
-        in = &w_.channel(edge((me + n - 1) % n, me));
-        w_.wait(lk, [&] { return !in->queue.empty(); }, "a message from the previous ring member");
-        msg = in->queue.front();
-      }
-      if (msg->bytes != recv_n * es)
-        throw Error("hocc in-process: ring members disagree on a segment's size (" + std::to_string(msg->bytes) +
-                    " vs " + std::to_string(recv_n * es) + " bytes): the ranks ran different plans");
-      dev.reduce(recv, msg->data, recv_n, t, op, lane.stream);
-      dev.sync(lane.stream);
-      std::lock_guard<std::mutex> lk(w_.mutex());
-      in->queue.pop_front();
-      msg->consumed = true;
-      w_.cond().notify_all();
-    }
-    if (send_n) {
-      std::unique_lock<std::mutex> lk(w_.mutex());
-      try {
         w_.wait(lk, [&] { return out.consumed; }, "the next ring member to take our segment");
-      } catch (...) {
-        auto& q = w_.channel(edge(me, (me + 1) % n)).queue;  // never leave a pointer to our stack behind
-        for (auto it = q.begin(); it != q.end(); ++it)
-          if (*it == &out) {
-            q.erase(it);
-            break;
-          }
-        throw;
       }
+    } catch (...) {
+      if (send_n) withdraw(out);
+      throw;
     }
   }
 
  private:
+  void receive(char* recv, size_t recv_n, DType t, RedOp op, const Lane& lane) {
+    Device& dev = w_.device();
+    const size_t es = dtype_size(t);
+    InProcWorld::Channel* in;
+    InProcWorld::Msg* msg;
+    {
+      std::unique_lock<std::mutex> lk(w_.mutex());
+      in = &w_.channel(edge((me + n - 1) % n, me));
+      w_.wait(lk, [&] { return !in->queue.empty(); }, "a message from the previous ring member");
+      msg = in->queue.front();
+      if (msg->bytes != recv_n * es)
+        throw Error("hocc in-process: ring members disagree on a segment's size (" + std::to_string(msg->bytes) +
+                    " vs " + std::to_string(recv_n * es) + " bytes): the ranks ran different plans");
+      msg->taken = true;  // from here on its sender waits for us, whatever happens
+    }
+    dev.reduce(recv, msg->data, recv_n, t, op, lane.stream);
+    dev.sync(lane.stream);
+    std::lock_guard<std::mutex> lk(w_.mutex());
+    in->queue.pop_front();
+    msg->consumed = true;
+    w_.cond().notify_all();
+  }
+
+  // after a failure: never leave a pointer to our stack behind. A receiver that
+  // took it is reading it now (and waits on nobody), so let it finish; else withdraw it.
+  void withdraw(InProcWorld::Msg& out) {
+    std::unique_lock<std::mutex> lk(w_.mutex());
+    if (out.taken) {
+      w_.cond().wait(lk, [&] { return out.consumed; });
+      return;
+    }
+    auto& q = w_.channel(edge(me, (me + 1) % n)).queue;
+    for (auto it = q.begin(); it != q.end(); ++it)
+      if (*it == &out) {
+        q.erase(it);
+        return;
+      }
+  }
+
   std::string edge(int from, int to) const { return key_ + ":" + std::to_string(from) + ">" + std::to_string(to); }
   InProcWorld& w_;
   std::string key_;

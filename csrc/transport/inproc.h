@@ -54,7 +54,8 @@ class InProcWorld {
   struct Msg {
     const char* data;
     size_t bytes;
-    bool consumed = false;
+    bool taken = false;     // a receiver is reading it
+    bool consumed = false;  // done: the sender may reuse its buffer
   };
   struct Channel {
     std::deque<Msg*> queue;

@@ -46,11 +46,8 @@ def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_na
     if plan.algo == "native":
         run_native(eng, plan.collective, inp, out, op_name)
         return
-    eng.executor.prepare(plan)
     work = pack(plan.collective, plan.layout, inp, eng.rank)
-    eng.executor.run(plan, work, op_name)
-    if eng.executor.trace:
-        eng.log_trace(plan)
+    eng.run_plan(plan, work, op_name)
     if op_name == "avg" and plan.collective != "all_gather":
         work.div_(eng.size)
     unpack(plan.collective, plan.layout, work, out, eng.rank)

@@ -23,6 +23,8 @@ from hocc.config import Config
 from hocc.engine.executor import Executor
 from hocc.engine.subgroups import SubgroupCache, group_timeout
 from hocc.engine.work import Work
+from hocc.native import cuda_built
+from hocc.native.nccl import NcclRunner
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.types import Plan
 from hocc.topology import Topology, from_hostnames, parse_spec
@@ -86,6 +88,9 @@ class Engine:
         self.topology = resolve_topology(info, prefix, cfg)
         self.subgroups = SubgroupCache(info, prefix)
         self.executor = Executor(self.subgroups, trace=cfg.trace)
+        self.native: NcclRunner | None = None  # the C++ executor, for CUDA tensors
+        if device.type == "cuda" and (cfg.engine == "native" or (cfg.engine == "auto" and cuda_built())):
+            self.native = NcclRunner(info, device, prefix)
         self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
         self.last_plan: Plan | None = None
         self._plans: dict[tuple[Any, ...], Plan] = {}
@@ -113,6 +118,16 @@ class Engine:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), plan.summary())
         self.last_plan = plan
         return plan
+
+    def run_plan(self, plan: Plan, work: torch.Tensor, op_name: str) -> None:
+        """Carry out a (non-native) plan on this rank's work buffer."""
+        if self.native is not None:
+            self.native.run(plan, work, op_name)
+            return
+        self.executor.prepare(plan)
+        self.executor.run(plan, work, op_name)
+        if self.executor.trace:
+            self.log_trace(plan)
 
     def log_trace(self, plan: Plan) -> None:
         """Per-stage seconds of the plan just run (HOCC_TRACE=1), summed over chunks."""
