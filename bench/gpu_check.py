@@ -1,0 +1,120 @@
+"""What one lent GPU can check (TESTBED.md): the NCCL path with a world of one,
+the C++ executor with 8 in-process ranks on the one GPU (results against
+torch), and the reduction kernels' bandwidth against a device-to-device copy.
+Run by bench/gpu_check.sh; `--device cpu` runs the same checks on the CPU (a
+dry run of this script where there is no GPU). Writes a JSON summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from hocc import native
+from hocc.native.inproc import InProcWorld
+from hocc.plan.planner import PlannerConfig, make_plan
+from hocc.topology import parse_spec
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
+
+
+def reference(coll: str, ins: list[torch.Tensor], world: int, n: int) -> list[torch.Tensor]:
+    total = torch.stack([x.double() for x in ins]).sum(0).to(ins[0].dtype)
+    if coll == "all_reduce":
+        return [total] * world
+    if coll == "reduce_scatter":
+        return [total[r * n:(r + 1) * n] for r in range(world)]
+    return [torch.cat(ins)] * world
+
+
+def check_inproc(device: str, sizes: tuple[int, ...]) -> dict:
+    world, topo = 8, parse_spec("2x4")
+    w = InProcWorld(world, device, timeout_s=120)
+    gen = torch.Generator().manual_seed(0)
+    results, bad = [], 0
+    variants = (("native", None, ()), ("ring", None, ()), ("ho_ring", 1, ()),
+                ("ho_ring", 4, ("reduce_scatter", "all_gather")))
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for algo, chunks, ring_ops in variants:
+            for n in sizes:
+                plan = make_plan(coll, n, 4, topo, algo, PlannerConfig(chunks=chunks, ring_ops=ring_ops,
+                                                                        min_chunk_bytes=1))
+                for dtype in DTYPES:
+                    in_n = n * world if coll == "reduce_scatter" else n
+                    out_n = n * world if coll == "all_gather" else n
+                    ins = [torch.randn(in_n, generator=gen).to(dtype).to(device) for _ in range(world)]
+                    outs = [torch.empty(out_n, dtype=dtype, device=device) for _ in range(world)]
+                    start = time.perf_counter()
+                    w.run(plan, ins, outs, "sum")
+                    if device != "cpu":
+                        torch.cuda.synchronize()
+                    secs = time.perf_counter() - start
+                    want = reference(coll, ins, world, n)
+                    err = max(float((o.double() - x.double()).abs().max()) if o.numel() else 0.0
+                              for o, x in zip(outs, want, strict=True))
+                    ok = err <= TOL[dtype] * (world if coll != "all_gather" else 1) * 4
+                    bad += not ok
+                    results.append({"collective": coll, "algo": algo, "chunks": plan.chunks, "n": n,
+                                    "dtype": str(dtype)[6:], "max_abs_err": err, "ok": ok, "seconds": secs})
+                    print(f"inproc {device} {coll:<14} {algo:<7} K={plan.chunks} n={n:<8} {str(dtype)[6:]:<8} "
+                          f"err={err:.2e} {'ok' if ok else 'WRONG'} {secs * 1e3:.1f} ms", flush=True)
+    return {"cases": len(results), "wrong": bad, "results": results}
+
+
+def check_nccl_world_of_one(c) -> dict:  # noqa: ANN001
+    t = c.NcclTransport(c.NcclTransport.unique_id(), 0, 1, 0)
+    x = torch.randn(1 << 20, device="cuda")
+    want = x.clone()
+    stream = torch.cuda.current_stream()
+    t.all_reduce(x.data_ptr(), x.numel(), "float32", "sum", stream.cuda_stream)
+    torch.cuda.synchronize()
+    ok = torch.equal(x, want)
+    # the executor end to end on a one-rank plan (no step has two members: it must change nothing)
+    ex = c.NcclExecutor(t)
+    plan = make_plan("all_reduce", x.numel(), 4, parse_spec("1"), "ho_ring")
+    from hocc.native.plans import to_native
+    ex.run(to_native(plan), x.data_ptr(), "float32", "sum", stream.cuda_stream)
+    torch.cuda.synchronize()
+    ok = ok and torch.equal(x, want)
+    print(f"nccl world of one: NCCL {c.nccl_version()}, all_reduce {'ok' if ok else 'WRONG'}", flush=True)
+    return {"nccl": c.nccl_version(), "ok": bool(ok)}
+
+
+def kernel_bandwidth(c) -> list[dict]:  # noqa: ANN001
+    out = []
+    for dtype in ("float32", "float16", "bfloat16"):
+        for nbytes in (16 << 20, 256 << 20, 1 << 30):
+            red, cpy = c.bench_reduce_cuda(nbytes, dtype, 20, 0)
+            out.append({"dtype": dtype, "bytes": nbytes, "reduce_GBps": red, "copy_GBps": cpy,
+                        "fraction_of_copy": red / cpy})
+            print(f"kernel {dtype:<8} {nbytes >> 20:>5} MiB: reduce {red:8.1f} GB/s, copy {cpy:8.1f} GB/s "
+                  f"-> {red / cpy:.0%} of copy", flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--device", default="cuda:0", help="cuda:0 (default) or cpu for a dry run")
+    ap.add_argument("--json", default="gpu_check.json")
+    args = ap.parse_args()
+    c = native.load()
+    report: dict = {"device": args.device, "cuda_built": bool(c.cuda_built())}
+    if args.device != "cpu":
+        native.require_cuda()
+        report["gpu"] = torch.cuda.get_device_name(0)
+        report["kernels"] = kernel_bandwidth(c)
+        report["nccl_world_of_one"] = check_nccl_world_of_one(c)
+    report["inproc"] = check_inproc(args.device, (1, 1031, 1 << 20) if args.device != "cpu" else (1, 1031))
+    Path(args.json).write_text(json.dumps(report, indent=1))
+    wrong = report["inproc"]["wrong"] + (0 if report.get("nccl_world_of_one", {"ok": True})["ok"] else 1)
+    print(f"gpu_check: {report['inproc']['cases']} in-process cases, {wrong} wrong; summary in {args.json}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

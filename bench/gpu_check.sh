@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The prepared check for a lent single-GPU machine (TESTBED.md), a few minutes:
+# build hocc._C with CUDA/NCCL there, print what it links, then run
+# bench/gpu_check.py (NCCL world of one, 8 in-process ranks on the GPU checked
+# against torch, reduction kernels vs device copy). Results under $OUT (or /tmp).
+# Uses the machine's own python3, torch, pybind11 and NCCL package: nothing is fetched.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/hocc-gpu-check}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt" || true
+if [ -z "${HOCC_NCCL_HOME:-}" ]; then  # nvidia-nccl-cu12 or -cu13, wherever the machine's python keeps it
+  site=$($PY -c 'import site; print(" ".join(site.getsitepackages()))')
+  header=$(find $site -name nccl.h -path '*nccl*' 2>/dev/null | head -1)
+  [ -n "$header" ] && export HOCC_NCCL_HOME=$(dirname "$(dirname "$header")")
+fi
+echo "NCCL from ${HOCC_NCCL_HOME:-?}"
+start=$(date +%s)
+HOCC_BUILD_CUDA=1 $PY setup.py -q build_ext --inplace 2>&1 | tee "$OUT/build.log" | grep -v '^copying' || true
+echo "build: $(( $(date +%s) - start )) s"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+$PY -m hocc.native | tee "$OUT/native.txt"
+PYTHONUNBUFFERED=1 $PY bench/gpu_check.py --json "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log"
