@@ -66,7 +66,7 @@ def check_inproc(device: str, sizes: tuple[int, ...]) -> dict:
     return {"cases": len(results), "wrong": bad, "results": results}
 
 
-def check_nccl_world_of_one(c) -> dict:  # noqa: ANN001
+def check_nccl_world_of_one(c) -> dict:
     t = c.NcclTransport(c.NcclTransport.unique_id(), 0, 1, 0)
     x = torch.randn(1 << 20, device="cuda")
     want = x.clone()
@@ -85,7 +85,7 @@ def check_nccl_world_of_one(c) -> dict:  # noqa: ANN001
     return {"nccl": c.nccl_version(), "ok": bool(ok)}
 
 
-def kernel_bandwidth(c) -> list[dict]:  # noqa: ANN001
+def kernel_bandwidth(c) -> list[dict]:
     out = []
     for dtype in ("float32", "float16", "bfloat16"):
         for nbytes in (16 << 20, 256 << 20, 1 << 30):
