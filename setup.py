@@ -29,6 +29,7 @@ CPU_SOURCES = [
     "csrc/device/cpu_device.cc",
     "csrc/transport/ring.cc",
     "csrc/transport/inproc.cc",
+    "csrc/transport/shm.cc",
     "csrc/executor/executor.cc",
     "csrc/python/bindings.cc",
 ]

@@ -21,9 +21,15 @@ class Config:
     ring_ops: HO-Ring ops to run as point-to-point rings rather than the
       backend's collective; None: the backend's default (gloo: reduce_scatter
       and all_gather, measured faster as rings; NCCL: none).
-    host_transport: 'net' (default) runs CPU ranks' host-level HO-Ring stages
-      on the backend / p2p rings; 'shm' through shared memory (measured no
-      faster on the 2-core testbed, where both are memory-bound; opt-in).
+    host_transport: how CPU ranks' host-level stages (and single-host
+      collectives) of ho_ring move data: 'shm' through a shared-memory
+      segment (hocc._C), 'net' on the backend / p2p rings like other stages;
+      'auto' (default): shm when hocc._C is built.
+    shm_piece_bytes: bytes per member and piece streamed through the segment
+      (the segment holds 2 pieces per member).
+    shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
+      kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
+      1 ms, then futex) or 'sleep' (backoff).
     engine: which executor runs plans on CUDA tensors: 'native' (the C++
       executor over NCCL, hocc._C), 'python' (torch.distributed sub-groups),
       'auto' (native when hocc._C was built with CUDA). CPU tensors always use
@@ -35,7 +41,9 @@ class Config:
     debug: bool = False
     trace: bool = False
     ring_ops: tuple[str, ...] | None = None
-    host_transport: str = "net"
+    host_transport: str = "auto"
+    shm_piece_bytes: int = 1 << 20
+    shm_wait: str = "futex"
     engine: str = "auto"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
@@ -65,9 +73,16 @@ class Config:
             cfg = replace(cfg, ring_ops=ops)
         if env.get("HOCC_HOST_TRANSPORT"):
             transport = env["HOCC_HOST_TRANSPORT"].strip()
-            if transport not in ("shm", "net"):
-                raise ValueError(f"HOCC_HOST_TRANSPORT={transport!r} must be 'shm' or 'net'")
+            if transport not in ("shm", "net", "auto"):
+                raise ValueError(f"HOCC_HOST_TRANSPORT={transport!r} must be 'shm', 'net' or 'auto'")
             cfg = replace(cfg, host_transport=transport)
+        if env.get("HOCC_SHM_PIECE_BYTES"):
+            cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
+        if env.get("HOCC_SHM_WAIT"):
+            wait = env["HOCC_SHM_WAIT"].strip()
+            if wait not in ("futex", "hybrid", "yield", "sleep"):
+                raise ValueError(f"HOCC_SHM_WAIT={wait!r} must be 'futex', 'hybrid', 'yield' or 'sleep'")
+            cfg = replace(cfg, shm_wait=wait)
         if env.get("HOCC_ENGINE"):
             engine = env["HOCC_ENGINE"].strip()
             if engine not in ("auto", "native", "python"):

@@ -16,21 +16,27 @@ from tests.worlds import run_world
 def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
     cases = check_all(rank, world)
     check_list_forms(rank, world)
-    plan = hocc.plan_for("all_reduce", torch.empty(1 << 16), algo="ho_ring")
-    assert plan.algo == ("ring" if "+" in spec else "ho_ring"), plan.summary()
-    if plan.algo == "ho_ring" and "host" in plan.meta["tiers"] and transport == "shm":
-        assert {s.impl for s in plan.steps if s.tier == "host" and s.op != "all_reduce"} == {"shm"}, plan.describe()
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
+        assert plan.algo == ("ring" if "+" in spec else "ho_ring"), plan.summary()
+        host_impls = {s.impl for s in plan.steps if s.tier == "host"}
+        if plan.algo == "ho_ring" and "host" in plan.meta["tiers"]:
+            assert host_impls == ({"shm"} if transport == "shm" else host_impls - {"shm"}), plan.describe()
     assert cases > 300
 
 
-@pytest.mark.parametrize("spec,chunks,transport", [
-    ("2x4", "3", "net"), ("2x4", "2", "shm"), ("4x2", "", "net"), ("2x4:scattered", "2", "shm"),
-    ("2x2x2", "2", "net"), ("3+5", "", "net"),
+# (topology, forced K, host transport, shm piece bytes): small pieces make small
+# tensors stream through the segment in many pieces, as large ones do
+@pytest.mark.parametrize("spec,chunks,transport,piece", [
+    ("2x4", "3", "net", ""), ("2x4", "2", "shm", "4096"), ("4x2", "", "net", ""), ("2x4:scattered", "2", "shm", ""),
+    ("2x2x2", "2", "net", ""), ("3+5", "", "shm", ""), ("8", "", "shm", "4096"), ("8", "", "net", ""),
 ])
-def test_eight_ranks(spec: str, chunks: str, transport: str) -> None:
+def test_eight_ranks(spec: str, chunks: str, transport: str, piece: str) -> None:
     env = {"HOCC_TOPOLOGY": spec, "HOCC_HOST_TRANSPORT": transport}
     if chunks:
         env["HOCC_CHUNKS"] = chunks
+    if piece:
+        env["HOCC_SHM_PIECE_BYTES"] = piece
     run_world(8, _world_body, spec, transport, env=env)
 
 

@@ -17,6 +17,7 @@
 #include "executor/executor.h"
 #include "kernels/reduce_cpu.h"
 #include "transport/inproc.h"
+#include "transport/shm.h"
 #ifdef HOCC_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -161,6 +162,38 @@ PYBIND11_MODULE(_C, m) {
            py::arg("timeout_s") = 60.0)
       .def("run", &InProcRunner::run, py::arg("plan"), py::arg("buffers"), py::arg("dtype"), py::arg("op"),
            py::arg("fail_rank") = -1);
+
+  py::class_<ShmComm>(m, "ShmComm", "one host group's shared-memory segment (see csrc/transport/shm.h)")
+      .def(py::init([](const std::string& path, int me, int n, size_t half_bytes, double timeout_s,
+                       const std::string& wait) {
+             return std::make_unique<ShmComm>(path, me, n, half_bytes, timeout_s, parse_wait_mode(wait));
+           }),
+           py::arg("path"), py::arg("me"), py::arg("n"), py::arg("half_bytes"), py::arg("timeout_s"),
+           py::arg("wait") = "futex")
+      .def_static("segment_bytes", &ShmComm::segment_bytes)
+      .def("all_reduce", [](ShmComm& c, uintptr_t buf, size_t count, const std::string& dtype, const std::string& op,
+                            uintptr_t src) {
+        DType t = parse_dtype(dtype);
+        RedOp o = parse_op(op);
+        py::gil_scoped_release nogil;
+        c.all_reduce_from(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o);
+      }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("src") = 0,
+      "in place on buf, or reading the input from src")
+      .def("reduce_scatter", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype,
+                                const std::string& op) {
+        DType t = parse_dtype(dtype);
+        RedOp o = parse_op(op);
+        py::gil_scoped_release nogil;
+        c.reduce_scatter(static_cast<char*>(ptr(buf)), seg, t, o, Lane{});
+      })
+      .def("all_gather", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype) {
+        DType t = parse_dtype(dtype);
+        py::gil_scoped_release nogil;
+        c.all_gather(static_cast<char*>(ptr(buf)), seg, t, Lane{});
+      })
+      .def_property_readonly("broken", &ShmComm::broken)
+      .def_property_readonly("barriers", &ShmComm::barriers)
+      .def_property_readonly("wait_seconds", &ShmComm::wait_seconds);
 
 #ifdef HOCC_WITH_CUDA
   m.def("nccl_version", &nccl_version);

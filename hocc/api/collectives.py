@@ -11,6 +11,7 @@ import torch.distributed as dist
 from hocc.api import validate as v
 from hocc.config import get_config
 from hocc.engine.engine import Engine, get_engine
+from hocc.engine.executor import reads_caller_input
 from hocc.engine.layout import pack, unpack
 from hocc.engine.reduce import wire_op
 from hocc.engine.work import Work
@@ -46,11 +47,18 @@ def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_na
     if plan.algo == "native":
         run_native(eng, plan.collective, inp, out, op_name)
         return
-    work = pack(plan.collective, plan.layout, inp, eng.rank)
-    eng.run_plan(plan, work, op_name)
+    nbytes = plan.layout.size * inp.element_size()
+    buf = eng.take_work(nbytes)
+    work = None if buf is None else buf[:nbytes].view(inp.dtype)
+    if work is not None and eng.native is None and inp.is_contiguous() and reads_caller_input(plan, inp.numel()):
+        eng.run_plan(plan, work, op_name, source=inp)  # no packing copy
+    else:
+        work = pack(plan.collective, plan.layout, inp, eng.rank, work)
+        eng.run_plan(plan, work, op_name)
     if op_name == "avg" and plan.collective != "all_gather":
         work.div_(eng.size)
     unpack(plan.collective, plan.layout, work, out, eng.rank)
+    eng.give_back_work(buf)
 
 
 def run_native(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:

@@ -23,6 +23,7 @@ from hocc.config import Config
 from hocc.engine.executor import Executor
 from hocc.engine.subgroups import SubgroupCache, group_timeout
 from hocc.engine.work import Work
+from hocc.native import available as native_available
 from hocc.native import cuda_built
 from hocc.native.nccl import NcclRunner
 from hocc.plan.planner import PlannerConfig, make_plan
@@ -86,7 +87,7 @@ class Engine:
         prefix = f"hocc/{key}/{_generations[key]}"
         _generations[key] += 1
         self.topology = resolve_topology(info, prefix, cfg)
-        self.subgroups = SubgroupCache(info, prefix)
+        self.subgroups = SubgroupCache(info, prefix, cfg.shm_piece_bytes, cfg.shm_wait)
         self.executor = Executor(self.subgroups, trace=cfg.trace)
         self.native: NcclRunner | None = None  # the C++ executor, for CUDA tensors
         if device.type == "cuda" and (cfg.engine == "native" or (cfg.engine == "auto" and cuda_built())):
@@ -97,12 +98,14 @@ class Engine:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
         self._lock = threading.Lock()
         self._outstanding = 0
+        self._spare: torch.Tensor | None = None  # a CPU work buffer kept between calls
 
     def planner_config(self, cfg: Config) -> PlannerConfig:
         ring_ops = cfg.ring_ops
         if ring_ops is None:  # gloo's reduce-scatter / all-gather lose to a p2p ring (bench/results)
             ring_ops = ("reduce_scatter", "all_gather") if self.device.type == "cpu" else ()
-        host_impl = "shm" if self.device.type == "cpu" and cfg.host_transport == "shm" else ""
+        shm = cfg.host_transport == "shm" or (cfg.host_transport == "auto" and native_available())
+        host_impl = "shm" if self.device.type == "cpu" and shm else ""
         return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl)
 
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
@@ -119,13 +122,35 @@ class Engine:
         self.last_plan = plan
         return plan
 
-    def run_plan(self, plan: Plan, work: torch.Tensor, op_name: str) -> None:
-        """Carry out a (non-native) plan on this rank's work buffer."""
+    def take_work(self, nbytes: int) -> torch.Tensor | None:
+        """A byte buffer for a work buffer, reused between calls on CPU: a fresh
+        large allocation costs a page fault per 4 KiB (torch's CPU allocator
+        returns big blocks to the OS), which at 8 ranks on 2 cores costs more
+        than the copies. None: let the caller allocate (CUDA has its own cache)."""
+        if self.device.type != "cpu":
+            return None
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is None or spare.numel() < nbytes:
+            spare = torch.empty(nbytes, dtype=torch.uint8)
+        return spare
+
+    def give_back_work(self, buf: torch.Tensor | None) -> None:
+        """Return a buffer from take_work (only after the run ended well: a failed
+        run's buffer may still be written by an op that is stuck)."""
+        if buf is not None:
+            with self._lock:
+                if self._spare is None or self._spare.numel() < buf.numel():
+                    self._spare = buf
+
+    def run_plan(self, plan: Plan, work: torch.Tensor, op_name: str, source: torch.Tensor | None = None) -> None:
+        """Carry out a (non-native) plan on this rank's work buffer (`source`: see
+        executor.reads_caller_input)."""
         if self.native is not None:
             self.native.run(plan, work, op_name)
             return
         self.executor.prepare(plan)
-        self.executor.run(plan, work, op_name)
+        self.executor.run(plan, work, op_name, source)
         if self.executor.trace:
             self.log_trace(plan)
 

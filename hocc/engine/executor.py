@@ -53,6 +53,17 @@ class _ThreadHandle:
         self.fut.result()
 
 
+def reads_caller_input(plan: Plan, count: int) -> bool:
+    """True when the plan can read the caller's input in place of a packed
+    work buffer: one all-reduce step through shared memory over the whole,
+    unpadded tensor (a single host's all_reduce). It saves a full copy; the
+    results still land in the work buffer, so a failure leaves the caller's
+    tensor as it was."""
+    return (plan.collective == "all_reduce" and plan.layout.size == count and len(plan.steps) == 1
+            and plan.steps[0].impl == "shm" and plan.steps[0].op == "all_reduce"
+            and all(g.offset == 0 and g.seg == count for g in plan.steps[0].groups))
+
+
 class Executor:
     def __init__(self, subgroups: SubgroupCache, trace: bool = False) -> None:
         self.subgroups = subgroups
@@ -68,7 +79,9 @@ class Executor:
         self.subgroups.ensure([(stage_tag(s), g.ranks) for s in plan.steps for g in s.groups
                                if len(g.ranks) > 1 and s.impl != "shm"])
 
-    def run(self, plan: Plan, work: torch.Tensor, op: str) -> None:
+    def run(self, plan: Plan, work: torch.Tensor, op: str, source: torch.Tensor | None = None) -> None:
+        """source: the caller's input where it can stand in for the packed work
+        buffer (see reads_caller_input): stage 0 reads it, and writes `work`."""
         mine = {(s.stage, s.chunk): s for s in plan.steps}
         pending: dict[tuple[int, int], Handle] = {}
         try:
@@ -83,7 +96,7 @@ class Executor:
                     group = step.group_of(self.rank) if step else None
                     if step is not None and group is not None and len(group.ranks) > 1:
                         start = time.perf_counter()
-                        pending[(s, k)] = self._launch(step, group, work, op)
+                        pending[(s, k)] = self._launch(step, group, work, op, source if s == 0 else None)
                         if self.trace:
                             pending.pop((s, k)).wait()
                             self.timings.append((s, k, step.op, step.tier, time.perf_counter() - start))
@@ -94,11 +107,12 @@ class Executor:
                 with contextlib.suppress(Exception):  # the first error is the one raised
                     h.wait()
 
-    def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str) -> Handle:
+    def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str,
+                source: torch.Tensor | None = None) -> Handle:
         me, n = g.ranks.index(self.rank), len(g.ranks)
         if step.impl == "shm":
-            segs = [work[g.offset + i * g.seg:g.offset + (i + 1) * g.seg] for i in range(n)]
-            return _ThreadHandle(self.subgroups.shm(stage_tag(step), g.ranks).submit(step.op, segs, op))
+            shm = self.subgroups.shm(stage_tag(step), g.ranks)
+            return _ThreadHandle(shm.submit(step.op, work, g.offset, g.seg, op, source))
         pg = self.subgroups.get(stage_tag(step), g.ranks)
         if step.impl == "ring":
             return _ThreadHandle(self._threads.submit(self._ring, step, g, pg, work, op, me, n))

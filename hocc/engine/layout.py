@@ -21,20 +21,23 @@ def _padded_blocks(flat: torch.Tensor, lay: Layout, blocks: int) -> torch.Tensor
     return out
 
 
-def pack(collective: str, lay: Layout, inp: torch.Tensor, rank: int) -> torch.Tensor:
-    """A new work buffer holding `inp` (the caller's input, flattened)."""
+def pack(collective: str, lay: Layout, inp: torch.Tensor, rank: int, work: torch.Tensor | None = None) -> torch.Tensor:
+    """The work buffer holding `inp` (the caller's input, flattened): `work`
+    (lay.size elements, e.g. a reused buffer) or a new one."""
     flat = inp.reshape(-1)
+    if work is None:
+        work = torch.empty(lay.size, dtype=flat.dtype, device=flat.device)
     if collective == "all_reduce":
-        work = torch.zeros(lay.size, dtype=flat.dtype, device=flat.device) if lay.size != flat.numel() \
-            else torch.empty_like(flat)
         work[:flat.numel()] = flat
+        work[flat.numel():].zero_()
         return work
     if collective == "reduce_scatter":
         x = _padded_blocks(flat, lay, lay.blocks).view(lay.blocks, lay.chunks, lay.piece)
         order = torch.tensor(lay.order, device=flat.device)
-        return x.permute(1, 0, 2).index_select(1, order).contiguous().view(-1)
+        torch.index_select(x.permute(1, 0, 2), 1, order, out=work.view(lay.chunks, lay.blocks, lay.piece))
+        return work
     # all_gather: my block into its position in every chunk; the rest arrives
-    work = torch.empty(lay.chunks, lay.blocks, lay.piece, dtype=flat.dtype, device=flat.device)
+    work = work.view(lay.chunks, lay.blocks, lay.piece)
     pos = lay.order.index(rank)
     work[:, pos, :] = _padded_blocks(flat, lay, 1).view(lay.chunks, lay.piece)
     return work.view(-1)

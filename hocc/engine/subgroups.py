@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class SubgroupCache:
-    def __init__(self, info: GroupInfo, prefix: str) -> None:
+    def __init__(self, info: GroupInfo, prefix: str, shm_piece_bytes: int = 1 << 20, shm_wait: str = "futex") -> None:
+        self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
         self.timeout = info.timeout
         self.rank = info.rank
         self.backend = info.inner
@@ -49,7 +50,7 @@ class SubgroupCache:
         if key not in self._shm:
             name = "-".join(map(str, members))
             self._shm[key] = ShmGroup(self.store, f"{self.prefix}/{tag}/{name}", members, members.index(self.rank),
-                                      self.timeout)
+                                      self.timeout, self.shm_piece_bytes, self.shm_wait)
         return self._shm[key]
 
     def close(self) -> None:

@@ -14,8 +14,9 @@ chunk k), and all groups of a level (e.g. all G rails) running at once:
 
 Groups whose members are in rank order run the backend's collective unless
 the planner asks for rings for that op; others (unusual placements) run a
-point-to-point ring in coordinate order. Host-level reduce-scatter and
-all-gather may run through shared memory instead ('shm', CPU only).
+point-to-point ring in coordinate order. Host-level steps (reduce-scatter,
+all-gather, and a single host's all-reduce) may run through shared memory
+instead ('shm', CPU only).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _level_step(grid: Grid, level: int, stage: int, chunk: int, op: str, base: i
         groups.append(GroupSlice(members, base + prefix * span, seg))
     native = op not in ring_ops and all(_impl(g.ranks) == "native" for g in groups)
     impl = "native" if native else "ring"
-    if host_impl and grid.tiers[level] == "host" and op != "all_reduce":
+    if host_impl and grid.tiers[level] == "host":
         impl = host_impl
     return Step(stage, chunk, op, impl, grid.tiers[level], tuple(groups))
 
@@ -54,7 +55,7 @@ def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
     Steps whose op is in `ring_ops` run as point-to-point rings even where the
     backend's collective could run them (gloo's reduce-scatter and all-gather
     are slower than a ring; see the engine). `host_impl` ('shm') names the
-    transport for reduce-scatter and all-gather steps inside a host."""
+    transport for the steps inside a host."""
     grid = build_grid(topo)
     if grid is None:
         return None
