@@ -42,7 +42,7 @@ class Config:
     trace: bool = False
     ring_ops: tuple[str, ...] | None = None
     host_transport: str = "auto"
-    shm_piece_bytes: int = 1 << 20
+    shm_piece_bytes: int = 256 << 10
     shm_wait: str = "futex"
     engine: str = "auto"
     planner: PlannerConfig = field(default_factory=PlannerConfig)

@@ -105,8 +105,13 @@ class Engine:
         if ring_ops is None:  # gloo's reduce-scatter / all-gather lose to a p2p ring (bench/results)
             ring_ops = ("reduce_scatter", "all_gather") if self.device.type == "cpu" else ()
         shm = cfg.host_transport == "shm" or (cfg.host_transport == "auto" and native_available())
-        host_impl = "shm" if self.device.type == "cpu" and shm else ""
-        return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl)
+        cpu = self.device.type == "cpu"
+        host_impl = "shm" if cpu and shm else ""
+        # gloo between hosts: chunks of at most 2 MiB keep the TCP links full (planner.PlannerConfig)
+        max_chunk = cfg.planner.max_chunk_bytes
+        if max_chunk is None and cpu and len(self.topology.host_groups()) > 1:
+            max_chunk = 2 << 20
+        return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk)
 
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
         pcfg = self.planner_config(cfg)

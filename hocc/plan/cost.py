@@ -55,8 +55,8 @@ class CostParams:
     launch: float = 1.5e-3
     ring_step: float = 0.5e-3
     copy_bandwidth: float = 2e9
-    shm_bandwidth: float = 3e9
-    shm_barrier: float = 0.5e-3
+    shm_bandwidth: float = 16e9
+    shm_barrier: float = 0.2e-3
     op_factors: tuple[tuple[str, float], ...] = ()
     machine_bandwidth: float = math.inf
 
@@ -154,8 +154,8 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
         n = len(ranks)
         if n < 2:
             continue
-        if shm:  # every member writes then reads through the host's memory
-            per_member = 2 * n if op == "reduce_scatter" else n + 1
+        if shm:  # memory traffic per member, in segments (csrc/transport/shm.h's copies and reductions)
+            per_member = {"all_gather": 2 * n, "reduce_scatter": 3 * n - 1}.get(op, 5 + 1 / n)
             key = ("shm", places.host[ranks[0]])
             unit[key] = unit.get(key, 0.0) + n * per_member
             continue
