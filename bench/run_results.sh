@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=bench/results
-ARGS=(-b 64K -e 64M -f 4 -n 3 -w 1 -c 1 --op all)
+ARGS=(-b ${MIN:-64K} -e 64M -f 4 -n 3 -w 1 -c 1 --op all)
 run() {  # name scenario rate algos
   local name=$1 scenario=$2 rate=$3 algos=$4
   local cmd=("$PY" bench/cluster.py "$scenario" --rate "$rate" -- "${ARGS[@]}" --algo "$algos"

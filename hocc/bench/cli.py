@@ -18,7 +18,8 @@ from hocc.bench.collectives import COLLECTIVES, OP_NAMES
 from hocc.bench.report import footer, plot, table, to_csv, to_json
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
-from hocc.config import ALGO_CHOICES
+from hocc.config import ALGO_CHOICES, get_config
+from hocc.engine.engine import get_engine
 from hocc.plan.cost import link_bound
 from hocc.topology import Topology, parse_spec
 
@@ -100,6 +101,14 @@ def _topology() -> Topology | None:
     return parse_spec(spec) if spec else None
 
 
+def _planner_settings(device: str) -> dict[str, Any]:
+    """The engine's planner settings for the world group (so `hocc calibrate`
+    prices the plans that really ran: ring ops, host transport, chunk cap)."""
+    cfg = get_config()
+    pc = get_engine(dist.group.WORLD, torch.device(device), cfg).planner_config(cfg)
+    return {"ring_ops": list(pc.ring_ops), "host_impl": pc.host_impl, "max_chunk_bytes": pc.max_chunk_bytes}
+
+
 def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, device: str) -> None:
     topo = _topology()
     bounds = bounds_for(rows, topo)
@@ -126,6 +135,7 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
             "dtype": str(spec.dtype)[6:], "redop": spec.redop, "iters": spec.iters, "warmup": spec.warmup,
             "average": spec.average, "algos": list(spec.algos), "hocc": hocc.__version__,
             "torch": torch.__version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "planner": _planner_settings(device),
         }
         with open(a.json, "w") as f:
             f.write(to_json(rows, meta, bounds) + "\n")

@@ -107,10 +107,11 @@ class Engine:
         shm = cfg.host_transport == "shm" or (cfg.host_transport == "auto" and native_available())
         cpu = self.device.type == "cpu"
         host_impl = "shm" if cpu and shm else ""
-        # gloo between hosts: chunks of at most 2 MiB keep the TCP links full (planner.PlannerConfig)
+        # gloo between hosts: chunks of at most 0.1 s of NIC time keep shaped TCP links full
+        # (planner.PlannerConfig.max_chunk_bytes); on fast links the rule never binds
         max_chunk = cfg.planner.max_chunk_bytes
         if max_chunk is None and cpu and len(self.topology.host_groups()) > 1:
-            max_chunk = 2 << 20
+            max_chunk = int(self.topology.links.nic.bandwidth * 0.1)
         return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk)
 
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:

@@ -53,9 +53,16 @@ class Sample:
     chunks: int = 1
 
 
-def planner_for(device: str) -> PlannerConfig:
-    """What the engine runs with on that device (gloo on CPU, NCCL on CUDA)."""
-    return PlannerConfig(ring_ops=GLOO_RING_OPS if device == "cpu" else ())
+def planner_for(device: str, recorded: dict | None = None) -> PlannerConfig:
+    """What the engine ran with: the planner settings hocc-bench recorded in
+    its JSON meta ("planner"), else the defaults of files from before it did
+    (gloo's ring ops on CPU, host stages on the network, no chunk cap)."""
+    cfg = PlannerConfig(ring_ops=GLOO_RING_OPS if device == "cpu" else ())
+    if recorded:
+        cfg = PlannerConfig(ring_ops=tuple(recorded.get("ring_ops", cfg.ring_ops)),
+                            host_impl=recorded.get("host_impl", ""),
+                            max_chunk_bytes=recorded.get("max_chunk_bytes"))
+    return cfg
 
 
 def per_rank_count(op: str, size: int, elem: int, world: int) -> int:
@@ -95,7 +102,7 @@ def load_samples(paths: Sequence[str | Path], algos: Sequence[str] = ("native", 
         if not spec:
             raise ValueError(f"{path}: its meta names no topology; rerun hocc-bench with --topology")
         topo = parse_spec(spec)
-        cfg = planner_for(meta.get("device", "cpu"))
+        cfg = planner_for(meta.get("device", "cpu"), meta.get("planner"))
         name = Path(path).stem
         for r in doc["results"]:
             if r["algo"] not in algos or r["ran"] != r["algo"]:
