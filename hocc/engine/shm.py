@@ -98,5 +98,7 @@ class ShmGroup:
             raise ValueError(f"hocc shm: no {op}")
 
     def close(self) -> None:
-        self._worker.shutdown(wait=False)
+        # wait for an op in flight (a stuck one ends within the group's timeout):
+        # dropping the comm unmaps the segment it is using
+        self._worker.shutdown(wait=True)
         self.comm = None
