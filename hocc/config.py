@@ -72,22 +72,13 @@ class Config:
                                  "all_reduce or none")
             cfg = replace(cfg, ring_ops=ops)
         if env.get("HOCC_HOST_TRANSPORT"):
-            transport = env["HOCC_HOST_TRANSPORT"].strip()
-            if transport not in ("shm", "net", "auto"):
-                raise ValueError(f"HOCC_HOST_TRANSPORT={transport!r} must be 'shm', 'net' or 'auto'")
-            cfg = replace(cfg, host_transport=transport)
+            cfg = replace(cfg, host_transport=_choice(env, "HOCC_HOST_TRANSPORT", ("shm", "net", "auto")))
         if env.get("HOCC_SHM_PIECE_BYTES"):
             cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
         if env.get("HOCC_SHM_WAIT"):
-            wait = env["HOCC_SHM_WAIT"].strip()
-            if wait not in ("futex", "hybrid", "yield", "sleep"):
-                raise ValueError(f"HOCC_SHM_WAIT={wait!r} must be 'futex', 'hybrid', 'yield' or 'sleep'")
-            cfg = replace(cfg, shm_wait=wait)
+            cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
         if env.get("HOCC_ENGINE"):
-            engine = env["HOCC_ENGINE"].strip()
-            if engine not in ("auto", "native", "python"):
-                raise ValueError(f"HOCC_ENGINE={engine!r} must be 'auto', 'native' or 'python'")
-            cfg = replace(cfg, engine=engine)
+            cfg = replace(cfg, engine=_choice(env, "HOCC_ENGINE", ("auto", "native", "python")))
         planner = cfg.planner
         if calibrated is not None:  # a topology file from `hocc calibrate`: its fitted cost model
             planner = replace(planner, params=calibrated)
@@ -106,6 +97,14 @@ def _calibrated_cost(spec: str) -> CostParams | None:
 
     topo = parse_spec(spec)
     return CostParams.from_dict(topo.cost) if topo.cost else None
+
+
+def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
+    val = env[name].strip()
+    if val not in choices:
+        allowed = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+        raise ValueError(f"{name}={val!r} must be {allowed}")
+    return val
 
 
 def _positive_int(env: dict[str, str], name: str) -> int:

@@ -71,42 +71,43 @@ void Executor::run(const Plan& plan, void* work, DType t, RedOp op, void* caller
 void Executor::run_async(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream) {
   Device& dev = t_.device();
   auto lanes = my_steps(plan);
-  void* start = dev.record(caller_stream);
+  // every event this run records, destroyed on the way out (CUDA keeps a
+  // destroyed event's pending waits valid)
+  std::vector<void*> events;
+  struct Release {
+    Device& dev;
+    std::vector<void*>& events;
+    ~Release() {
+      for (void* e : events) dev.free_event(e);
+    }
+  } release{dev, events};
+  auto record = [&](void* stream) { return events.emplace_back(dev.record(stream)); };
+  void* start = record(caller_stream);
   // done[s][k]: event recorded after step (s, k) on stage s's stream
   std::vector<std::vector<void*>> done(plan.stages, std::vector<void*>(plan.chunks, nullptr));
   std::vector<size_t> next(plan.stages, 0);
   std::vector<bool> started(plan.stages, false);
-  try {
-    for (int tick = 0; tick < plan.chunks + plan.stages - 1; ++tick) {
-      for (int s = 0; s < plan.stages; ++s) {
-        int k = tick - s;
-        if (k < 0 || k >= plan.chunks || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
-        Lane lane{lane_stream(s)};
-        if (!started[s]) {
-          dev.wait(lane.stream, start);
-          started[s] = true;
-        }
-        // the previous stage of this chunk (or, if this rank had none, the nearest earlier one)
-        for (int p = s - 1; p >= 0; --p)
-          if (done[p][k]) {
-            dev.wait(lane.stream, done[p][k]);
-            break;
-          }
-        run_step(lanes[s][next[s]++], work, t, op, lane);
-        done[s][k] = dev.record(lane.stream);
+  for (int tick = 0; tick < plan.chunks + plan.stages - 1; ++tick) {
+    for (int s = 0; s < plan.stages; ++s) {
+      int k = tick - s;
+      if (k < 0 || k >= plan.chunks || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
+      Lane lane{lane_stream(s)};
+      if (!started[s]) {
+        dev.wait(lane.stream, start);
+        started[s] = true;
       }
+      // the previous stage of this chunk (or, if this rank had none, the nearest earlier one)
+      for (int p = s - 1; p >= 0; --p)
+        if (done[p][k]) {
+          dev.wait(lane.stream, done[p][k]);
+          break;
+        }
+      run_step(lanes[s][next[s]++], work, t, op, lane);
+      done[s][k] = record(lane.stream);
     }
-    for (int s = 0; s < plan.stages; ++s)
-      if (started[s]) dev.wait(caller_stream, dev.record(lane_stream(s)));
-  } catch (...) {
-    for (auto& row : done)
-      for (void* e : row) dev.free_event(e);
-    dev.free_event(start);
-    throw;
   }
-  for (auto& row : done)
-    for (void* e : row) dev.free_event(e);
-  dev.free_event(start);
+  for (int s = 0; s < plan.stages; ++s)
+    if (started[s]) dev.wait(caller_stream, record(lane_stream(s)));
 }
 
 void Executor::run_threads(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream) {

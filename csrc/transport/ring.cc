@@ -5,10 +5,6 @@
 namespace hocc {
 namespace {
 
-struct Part {
-  size_t start, len;
-};
-
 // segment i of a ring: equal segments, or n near-equal parts of a region
 std::vector<Part> equal_parts(size_t seg, int n) {
   std::vector<Part> p(n);
@@ -18,12 +14,7 @@ std::vector<Part> equal_parts(size_t seg, int n) {
 
 std::vector<Part> split_even(size_t count, int n) {
   std::vector<Part> p(n);
-  size_t q = count / n, r = count % n, start = 0;
-  for (int i = 0; i < n; ++i) {
-    size_t len = q + (size_t(i) < r ? 1 : 0);
-    p[i] = {start, len};
-    start += len;
-  }
+  for (int i = 0; i < n; ++i) p[i] = even_part(count, n, i);
   return p;
 }
 

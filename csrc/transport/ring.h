@@ -11,6 +11,16 @@
 
 namespace hocc {
 
+// Part i of `count` elements cut into n contiguous parts whose lengths differ
+// by at most one (the first count % n are one longer).
+struct Part {
+  size_t start, len;
+};
+inline Part even_part(size_t count, int n, int i) {
+  const size_t q = count / n, r = count % n, u = size_t(i);
+  return {u * q + (u < r ? u : r), q + (u < r ? 1 : 0)};
+}
+
 void ring_reduce_scatter(Comm& c, char* base, size_t seg, DType t, RedOp op, const Lane& lane);
 void ring_all_gather(Comm& c, char* base, size_t seg, DType t, const Lane& lane);
 void ring_all_reduce(Comm& c, char* base, size_t count, DType t, RedOp op, const Lane& lane);

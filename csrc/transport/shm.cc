@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/reduce_cpu.h"
+#include "transport/ring.h"
 
 namespace hocc {
 
@@ -42,15 +43,6 @@ inline void cpu_relax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
-}
-
-struct Part {
-  size_t start, len;
-};
-
-Part even_part(size_t count, int n, int i) {
-  size_t q = count / n, r = count % n;
-  return {i * q + std::min<size_t>(i, r), q + (size_t(i) < r ? 1 : 0)};
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class SubgroupCache:
-    def __init__(self, info: GroupInfo, prefix: str, shm_piece_bytes: int = 256 << 10, shm_wait: str = "futex") -> None:
+    def __init__(self, info: GroupInfo, prefix: str, shm_piece_bytes: int, shm_wait: str) -> None:
         self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
         self.timeout = info.timeout
         self.rank = info.rank
