@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py $(CSRC)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q 'setuptools>=77' wheel 'pybind11>=2.12' nvidia-nccl-cu12
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
-	$(PY) -m hocc.native
+	$(PY) -m hocc.executor
 	touch $@
 
 venv: $(STAMP)
@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hocc tests bench
 
 test: $(STAMP)
-	$(PY) -m hocc.native
+	$(PY) -m hocc.executor
 	$(VENV)/bin/ruff check hocc tests bench
 	$(PY) -m pytest -q tests
 

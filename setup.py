@@ -1,7 +1,10 @@
 """Build rules for hocc._C, the C++ executor (csrc/).
 
-The CPU parts (executor, in-process and shared-memory transports, host
-reductions) always build, with plain pybind11 and no torch headers. The CUDA
+The CPU parts (executor, layout, in-process, shared-memory and c10d
+transports, host reductions) always build, against torch's headers and its
+copy of pybind11 (torch.utils.cpp_extension), so that transport/c10d.cc can
+call torch.distributed's gloo backend from C++; only that file includes the
+heavy torch headers, the rest uses plain pybind11 from the same copy. The CUDA
 parts (reduction kernels, NCCL transport) build too when nvcc and NCCL (the
 nvidia-nccl-cu12 package, or HOCC_NCCL_HOME) are found. HOCC_BUILD_CUDA=1
 forces them (and fails if something is missing), HOCC_BUILD_CUDA=0 leaves them
@@ -17,9 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pybind11.setup_helpers import Pybind11Extension
-from setuptools import setup
-from setuptools.command.build_ext import build_ext
+from setuptools import Extension, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = Path(__file__).parent
 CPU_SOURCES = [
@@ -30,6 +32,9 @@ CPU_SOURCES = [
     "csrc/transport/ring.cc",
     "csrc/transport/inproc.cc",
     "csrc/transport/shm.cc",
+    "csrc/transport/group.cc",
+    "csrc/transport/c10d.cc",
+    "csrc/executor/layout.cc",
     "csrc/executor/executor.cc",
     "csrc/python/bindings.cc",
 ]
@@ -93,13 +98,9 @@ def cuda_config() -> tuple[Path, Path] | None:
     return cuda, nccl
 
 
-class BuildExt(build_ext):
-    """Compiles the .cu kernels with nvcc first, then everything else as usual."""
-
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        if self.parallel is None:
-            self.parallel = os.cpu_count() or 1
+class BuildExt(BuildExtension):
+    """Compiles the .cu kernels with nvcc first, then everything else as torch's
+    extensions are built (its pybind11, its ABI flags, ninja in parallel)."""
 
     def build_extension(self, ext):  # type: ignore[no-untyped-def]
         for cu in getattr(ext, "cuda_kernels", []):
@@ -116,9 +117,9 @@ class BuildExt(build_ext):
         super().build_extension(ext)
 
 
-def extension() -> Pybind11Extension:
+def extension() -> Extension:
     sources = list(CPU_SOURCES)
-    kwargs: dict = dict(include_dirs=[str(ROOT / "csrc")], extra_compile_args=["-O3"], cxx_std=17,
+    kwargs: dict = dict(include_dirs=[str(ROOT / "csrc")], extra_compile_args=["-O3"],
                         libraries=["rt"], define_macros=[])
     cfg = cuda_config()
     if cfg is not None:
@@ -132,11 +133,11 @@ def extension() -> Pybind11Extension:
         # time through an rpath: beside hocc in site-packages, or where the build found it
         kwargs["extra_link_args"] = ["-l:libnccl.so.2", "-lcudart_static", "-ldl", "-lpthread",
                                      "-Wl,-rpath,$ORIGIN/../nvidia/nccl/lib", f"-Wl,-rpath,{nccl_lib}"]
-    ext = Pybind11Extension("hocc._C", sources, **kwargs)
+    ext = CppExtension("hocc._C", sources, **kwargs)
     if cfg is not None:
         ext.cuda_kernels = CUDA_KERNELS  # type: ignore[attr-defined]
         ext.cuda_home = cfg[0]  # type: ignore[attr-defined]
     return ext
 
 
-setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExt})
+setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExt.with_options(use_ninja=True)})

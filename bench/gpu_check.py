@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from hocc import native
-from hocc.native.inproc import InProcWorld
+from hocc import executor as native
+from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.topology import parse_spec
 
@@ -74,13 +74,16 @@ def check_nccl_world_of_one(c) -> dict:
     t.all_reduce(x.data_ptr(), x.numel(), "float32", "sum", stream.cuda_stream)
     torch.cuda.synchronize()
     ok = torch.equal(x, want)
-    # the executor end to end on a one-rank plan (no step has two members: it must change nothing)
-    ex = c.NcclExecutor(t)
-    plan = make_plan("all_reduce", x.numel(), 4, parse_spec("1"), "ho_ring")
-    from hocc.native.plans import to_native
-    ex.run(to_native(plan), x.data_ptr(), "float32", "sum", stream.cuda_stream)
-    torch.cuda.synchronize()
-    ok = ok and torch.equal(x, want)
+    # the executor end to end on one-rank plans (pack, steps of one member, unpack; AVG divides by 1)
+    ex = c.Executor(t)
+    from hocc.executor.plans import to_native
+    for algo in ("ho_ring", "native"):
+        plan = make_plan("all_reduce", x.numel(), 4, parse_spec("1"), algo)
+        work = torch.empty(plan.layout.size, device="cuda")
+        y = x.clone()
+        ex.run(to_native(plan), y.data_ptr(), y.data_ptr(), work.data_ptr(), "float32", "avg", stream.cuda_stream)
+        torch.cuda.synchronize()
+        ok = ok and torch.equal(y, want)
     print(f"nccl world of one: NCCL {c.nccl_version()}, all_reduce {'ok' if ok else 'WRONG'}", flush=True)
     return {"nccl": c.nccl_version(), "ok": bool(ok)}
 

@@ -20,5 +20,5 @@ start=$(date +%s)
 HOCC_BUILD_CUDA=1 $PY setup.py -q build_ext --inplace 2>&1 | tee "$OUT/build.log" | grep -v '^copying' || true
 echo "build: $(( $(date +%s) - start )) s"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-$PY -m hocc.native | tee "$OUT/native.txt"
+$PY -m hocc.executor | tee "$OUT/native.txt"
 PYTHONUNBUFFERED=1 $PY bench/gpu_check.py --json "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log"

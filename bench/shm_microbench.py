@@ -17,7 +17,7 @@ import uuid
 
 import torch
 
-from hocc import native
+from hocc import executor as native
 from hocc.bench.sizes import parse_size
 
 

@@ -23,17 +23,12 @@ class Config:
       and all_gather, measured faster as rings; NCCL: none).
     host_transport: how CPU ranks' host-level stages (and single-host
       collectives) of ho_ring move data: 'shm' through a shared-memory
-      segment (hocc._C), 'net' on the backend / p2p rings like other stages;
-      'auto' (default): shm when hocc._C is built.
+      segment, 'net' over gloo like other stages; 'auto' (default): shm.
     shm_piece_bytes: bytes per member and piece streamed through the segment
       (the segment holds 2 pieces per member).
     shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
       kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
       1 ms, then futex) or 'sleep' (backoff).
-    engine: which executor runs plans on CUDA tensors: 'native' (the C++
-      executor over NCCL, hocc._C), 'python' (torch.distributed sub-groups),
-      'auto' (native when hocc._C was built with CUDA). CPU tensors always use
-      the Python engine.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -44,7 +39,6 @@ class Config:
     host_transport: str = "auto"
     shm_piece_bytes: int = 256 << 10
     shm_wait: str = "futex"
-    engine: str = "auto"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -77,8 +71,6 @@ class Config:
             cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
         if env.get("HOCC_SHM_WAIT"):
             cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
-        if env.get("HOCC_ENGINE"):
-            cfg = replace(cfg, engine=_choice(env, "HOCC_ENGINE", ("auto", "native", "python")))
         planner = cfg.planner
         if calibrated is not None:  # a topology file from `hocc calibrate`: its fitted cost model
             planner = replace(planner, params=calibrated)

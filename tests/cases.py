@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc.engine.reduce import FLOAT_DTYPES
+from hocc.engine.dtypes import FLOAT_DTYPES
 
 ALGOS = ("native", "ring", "ho_ring", "auto")
 ALL_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT)

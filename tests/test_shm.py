@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc import native
+from hocc import executor as native
 from tests.cases import check_all
 from tests.worlds import run_world
 

@@ -1,6 +1,6 @@
 // A plan as the C++ executor sees it: the same data as hocc/plan/types.py
-// (steps of groups over slices of the work buffer), built from Python. The
-// executor decides nothing; see types.py for the exact step semantics.
+// (a layout, and steps of groups over slices of named buffers), built from
+// Python. The executor decides nothing; see types.py for the exact semantics.
 #pragma once
 
 #include <cstddef>
@@ -11,10 +11,15 @@ namespace hocc {
 
 enum class Op : int { reduce_scatter, all_gather, all_reduce };
 enum class Impl : int { native, ring, shm };
+// Where a step reads and writes: the work buffer, or the caller's tensors.
+enum class Buf : int { work, input, output };
+// Where the work buffer lives: private scratch, the caller's output (the
+// layout is the identity there, so nothing is unpacked), or nowhere.
+enum class WorkAt : int { scratch, output, none };
 
 struct GroupSlice {
   std::vector<int> ranks;  // members in segment order (ranks of the plan's group)
-  size_t offset = 0;       // elements into every member's work buffer
+  size_t offset = 0;       // elements into the buffer
   size_t seg = 0;          // elements per segment
 };
 
@@ -23,26 +28,36 @@ struct Step {
   int chunk = 0;
   Op op = Op::all_reduce;
   Impl impl = Impl::native;
+  Buf src = Buf::work, dst = Buf::work;
   std::vector<GroupSlice> groups;
+};
 
-  // the group `rank` belongs to in this step, or nullptr
-  const GroupSlice* group_of(int rank) const {
-    for (const auto& g : groups)
-      for (int r : g.ranks)
-        if (r == rank) return &g;
-    return nullptr;
-  }
+// How the caller's buffers map onto the work buffer [chunks][blocks][piece]:
+// work[k][i] holds elements [k*piece, (k+1)*piece) of caller block order[i],
+// zero beyond block_elems.
+struct Layout {
+  int blocks = 1;
+  size_t block_elems = 0;
+  int chunks = 1;
+  size_t piece = 0;
+  std::vector<int> order;
+  size_t size() const { return size_t(chunks) * size_t(blocks) * piece; }
 };
 
 struct Plan {
+  Op collective = Op::all_reduce;
   int world = 1;
   int stages = 1;
-  int chunks = 1;
-  size_t work_elems = 0;  // size of the work buffer every rank passes
+  Layout layout;
+  WorkAt work_at = WorkAt::scratch;
+  bool pack = true;  // copy the caller's input into the work buffer first
   std::vector<Step> steps;
+  int chunks() const { return layout.chunks; }
 };
 
 Op parse_plan_op(const std::string& name);
 Impl parse_impl(const std::string& name);
+Buf parse_buf(const std::string& name);
+WorkAt parse_work_at(const std::string& name);
 
 }  // namespace hocc

@@ -1,4 +1,5 @@
 #include <cstdlib>
+#include <cstring>
 
 #include "device/device.h"
 #include "kernels/reduce_cpu.h"
@@ -16,5 +17,11 @@ void CpuDevice::free(void* p) { std::free(p); }
 void CpuDevice::reduce(void* dst, const void* src, size_t n, DType t, RedOp op, void*) {
   reduce_cpu(dst, src, n, t, op);
 }
+
+void CpuDevice::zero(void* dst, size_t bytes, void*) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+void CpuDevice::divide(void* dst, size_t n, DType t, double divisor, void*) { divide_cpu(dst, n, t, divisor); }
 
 }  // namespace hocc

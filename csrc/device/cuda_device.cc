@@ -72,4 +72,14 @@ void CudaDevice::reduce(void* dst, const void* src, size_t n, DType t, RedOp op,
   reduce_cuda(dst, src, n, t, op, static_cast<cudaStream_t>(stream));
 }
 
+void CudaDevice::zero(void* dst, size_t bytes, void* stream) {
+  use();
+  if (bytes) check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
+}
+
+void CudaDevice::divide(void* dst, size_t n, DType t, double divisor, void* stream) {
+  use();
+  divide_cuda(dst, n, t, divisor, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace hocc

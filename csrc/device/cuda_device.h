@@ -20,6 +20,8 @@ class CudaDevice final : public Device {
   void* alloc(size_t bytes) override;
   void free(void* p) override;
   void reduce(void* dst, const void* src, size_t n, DType t, RedOp op, void* stream) override;
+  void zero(void* dst, size_t bytes, void* stream) override;
+  void divide(void* dst, size_t n, DType t, double divisor, void* stream) override;
 
  private:
   void use() const;

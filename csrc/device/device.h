@@ -24,6 +24,9 @@ class Device {
   virtual void free(void* p) = 0;
   // dst = dst (op) src over n elements, op none copies; ordered on `stream`
   virtual void reduce(void* dst, const void* src, size_t n, DType t, RedOp op, void* stream) = 0;
+  virtual void zero(void* dst, size_t bytes, void* stream) = 0;
+  // dst /= divisor over n floating-point elements (AVG), ordered on `stream`
+  virtual void divide(void* dst, size_t n, DType t, double divisor, void* stream) = 0;
 };
 
 class CpuDevice final : public Device {
@@ -32,6 +35,8 @@ class CpuDevice final : public Device {
   void* alloc(size_t bytes) override;
   void free(void* p) override;
   void reduce(void* dst, const void* src, size_t n, DType t, RedOp op, void* stream) override;
+  void zero(void* dst, size_t bytes, void* stream) override;
+  void divide(void* dst, size_t n, DType t, double divisor, void* stream) override;
 };
 
 }  // namespace hocc

@@ -1,14 +1,26 @@
 #include "executor/executor.h"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "executor/layout.h"
 #include "transport/ring.h"
 
 namespace hocc {
+
+struct Executor::Run {
+  const char* input;
+  char* output;
+  char* work;
+  DType t;
+  RedOp op;
+  char* buf(Buf b) const { return b == Buf::work ? work : b == Buf::output ? output : const_cast<char*>(input); }
+};
 
 Executor::~Executor() {
   for (void* s : streams_)
@@ -20,55 +32,94 @@ void* Executor::lane_stream(int stage) {
   return streams_[stage];
 }
 
-std::vector<std::vector<Executor::Mine>> Executor::my_steps(const Plan& plan) const {
-  std::vector<std::vector<Mine>> lanes(plan.stages);
+std::vector<StepTiming> Executor::take_timings() {
+  std::vector<StepTiming> out;
+  out.swap(timings_);
+  return out;
+}
+
+std::vector<std::vector<Executor::Item>> Executor::my_steps(const Plan& plan) const {
+  std::vector<std::vector<Item>> lanes(plan.stages);
   for (const Step& s : plan.steps) {
-    if (s.stage < 0 || s.stage >= plan.stages || s.chunk < 0 || s.chunk >= plan.chunks)
+    if (s.stage < 0 || s.stage >= plan.stages || s.chunk < 0 || s.chunk >= plan.chunks())
       throw Error("hocc: plan step (stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) +
                   ") is outside the plan's " + std::to_string(plan.stages) + " stages x " +
-                  std::to_string(plan.chunks) + " chunks");
-    const GroupSlice* g = s.group_of(t_.rank());
-    if (g && g->ranks.size() > 1) lanes[s.stage].push_back({&s, g});
+                  std::to_string(plan.chunks()) + " chunks");
+    Item it{&s, {}};
+    for (const GroupSlice& g : s.groups)
+      if (std::count(g.ranks.begin(), g.ranks.end(), t_.rank())) it.groups.push_back(&g);
+    if (!it.groups.empty()) lanes[s.stage].push_back(std::move(it));
   }
   for (auto& lane : lanes)
     for (size_t i = 1; i < lane.size(); ++i)
-      if (lane[i].step->chunk <= lane[i - 1].step->chunk)
-        throw Error("hocc: plan has two steps for one (stage, chunk) of this rank, or steps out of chunk order");
+      if (lane[i].step->chunk < lane[i - 1].step->chunk)
+        throw Error("hocc: plan steps of one stage are out of chunk order");
   return lanes;
 }
 
-void Executor::run_step(const Mine& m, char* work, DType t, RedOp op, const Lane& lane) {
-  const Step& s = *m.step;
-  const GroupSlice& g = *m.group;
-  Comm& c = t_.comm(s.stage, g.ranks);
-  char* base = work + g.offset * dtype_size(t);
-  if (s.impl == Impl::ring) {
-    switch (s.op) {
-      case Op::reduce_scatter: return ring_reduce_scatter(c, base, g.seg, t, op, lane);
-      case Op::all_gather: return ring_all_gather(c, base, g.seg, t, lane);
-      case Op::all_reduce: return ring_all_reduce(c, base, g.seg, t, op, lane);
+void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
+  const Step& s = *it.step;
+  const size_t es = dtype_size(r.t);
+  for (const GroupSlice* g : it.groups) {
+    const size_t off = g->offset * es, seg = g->seg;
+    const char* src = r.buf(s.src) + off;
+    char* dst = r.buf(s.dst) + off;
+    if (g->ranks.size() == 1) {  // alone: the result is the input, wherever the plan wants it
+      if (s.op == Op::all_gather && s.src == Buf::input) src = r.input;
+      if (s.op == Op::reduce_scatter && s.dst == Buf::output) dst = r.output;
+      copy_in(src, dst, seg, r.t, lane);
+      continue;
     }
-  }
-  switch (s.op) {
-    case Op::reduce_scatter: return c.reduce_scatter(base, g.seg, t, op, lane);
-    case Op::all_gather: return c.all_gather(base, g.seg, t, lane);
-    case Op::all_reduce: return c.all_reduce(base, g.seg, t, op, lane);
+    Comm& c = t_.comm(s.stage, g->ranks, s.impl);
+    const bool ring = s.impl == Impl::ring;
+    switch (s.op) {
+      case Op::all_reduce:
+        ring ? ring_all_reduce(c, src, dst, seg, r.t, r.op, lane) : c.all_reduce(src, dst, seg, r.t, r.op, lane);
+        break;
+      case Op::reduce_scatter:
+        if (s.dst == Buf::output)  // torch.distributed's form: our segment only, into the caller's output
+          c.reduce_scatter_out(src, r.output, seg, r.t, r.op, lane);
+        else if (ring)
+          ring_reduce_scatter(c, src, dst, seg, r.t, r.op, lane);
+        else
+          c.reduce_scatter(src, dst, seg, r.t, r.op, lane);
+        break;
+      case Op::all_gather:
+        // our segment: the caller's input as a whole, or our segment of the region
+        src = s.src == Buf::input ? r.input : src + size_t(c.me) * seg * es;
+        ring ? ring_all_gather(c, src, dst, seg, r.t, lane) : c.all_gather(src, dst, seg, r.t, lane);
+        break;
+    }
   }
 }
 
-void Executor::run(const Plan& plan, void* work, DType t, RedOp op, void* caller_stream) {
+void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, bool average, void* caller_stream) {
   if (plan.world != t_.size())
     throw Error("hocc: plan is for " + std::to_string(plan.world) + " ranks but the transport has " +
                 std::to_string(t_.size()));
-  if (plan.work_elems && !work) throw Error("hocc: no work buffer given");
+  const size_t es = dtype_size(t), n = plan.layout.size();
+  char* work = plan.work_at == WorkAt::output ? static_cast<char*>(bufs.output)
+               : plan.work_at == WorkAt::scratch ? static_cast<char*>(bufs.work)
+                                                 : nullptr;
+  if (plan.work_at != WorkAt::none && n && !work) throw Error("hocc: the plan needs a work buffer and got none");
+  if (plan.layout.block_elems && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
+  Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op};
   t_.prepare(plan);
-  if (t_.async())
-    run_async(plan, static_cast<char*>(work), t, op, caller_stream);
+  Device& dev = t_.device();
+  if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);
+  if (trace_)
+    run_traced(plan, r, caller_stream);
+  else if (t_.async())
+    run_async(plan, r, caller_stream);
   else
-    run_threads(plan, static_cast<char*>(work), t, op, caller_stream);
+    run_threads(plan, r, caller_stream);
+  if (plan.work_at == WorkAt::scratch) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
+  if (average && plan.collective != Op::all_gather)
+    dev.divide(r.output, plan.layout.block_elems, t, double(plan.world), caller_stream);
+  if (!t_.async()) dev.sync(caller_stream);
 }
 
-void Executor::run_async(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream) {
+void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {
   Device& dev = t_.device();
   auto lanes = my_steps(plan);
   // every event this run records, destroyed on the way out (CUDA keeps a
@@ -83,26 +134,25 @@ void Executor::run_async(const Plan& plan, char* work, DType t, RedOp op, void* 
   } release{dev, events};
   auto record = [&](void* stream) { return events.emplace_back(dev.record(stream)); };
   void* start = record(caller_stream);
-  // done[s][k]: event recorded after step (s, k) on stage s's stream
-  std::vector<std::vector<void*>> done(plan.stages, std::vector<void*>(plan.chunks, nullptr));
+  // done[s][k]: event recorded after this rank's steps (s, k) on stage s's stream
+  std::vector<std::vector<void*>> done(plan.stages, std::vector<void*>(plan.chunks(), nullptr));
   std::vector<size_t> next(plan.stages, 0);
   std::vector<bool> started(plan.stages, false);
-  for (int tick = 0; tick < plan.chunks + plan.stages - 1; ++tick) {
+  for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick) {
     for (int s = 0; s < plan.stages; ++s) {
       int k = tick - s;
-      if (k < 0 || k >= plan.chunks || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
-      Lane lane{lane_stream(s)};
+      if (k < 0 || k >= plan.chunks() || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
+      Lane lane{lane_stream(s), &dev};
       if (!started[s]) {
         dev.wait(lane.stream, start);
         started[s] = true;
       }
-      // the previous stage of this chunk (or, if this rank had none, the nearest earlier one)
-      for (int p = s - 1; p >= 0; --p)
+      for (int p = s - 1; p >= 0; --p)  // the nearest earlier stage this rank ran for chunk k
         if (done[p][k]) {
           dev.wait(lane.stream, done[p][k]);
           break;
         }
-      run_step(lanes[s][next[s]++], work, t, op, lane);
+      while (next[s] < lanes[s].size() && lanes[s][next[s]].step->chunk == k) run_item(lanes[s][next[s]++], r, lane);
       done[s][k] = record(lane.stream);
     }
   }
@@ -110,38 +160,41 @@ void Executor::run_async(const Plan& plan, char* work, DType t, RedOp op, void* 
     if (started[s]) dev.wait(caller_stream, record(lane_stream(s)));
 }
 
-void Executor::run_threads(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream) {
+void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) {
   Device& dev = t_.device();
-  dev.sync(caller_stream);  // the caller's writes to `work` are done
+  dev.sync(caller_stream);  // the caller's writes and the packing are done
   auto lanes = my_steps(plan);
-  // a step waits for this rank's nearest earlier stage of the same chunk
-  std::vector<std::vector<bool>> have(plan.stages, std::vector<bool>(plan.chunks, false));
+  // left[s][k]: this rank's steps (s, k) not yet ended; a step waits for the
+  // nearest earlier stage of its chunk that this rank has steps in
+  std::vector<std::vector<int>> left(plan.stages, std::vector<int>(plan.chunks(), 0));
   for (int s = 0; s < plan.stages; ++s)
-    for (const Mine& m : lanes[s]) have[s][m.step->chunk] = true;
+    for (const Item& it : lanes[s]) ++left[s][it.step->chunk];
   auto dependency = [&](int s, int k) {
     for (int p = s - 1; p >= 0; --p)
-      if (have[p][k]) return p;
+      if (left[p][k]) return p;
     return -1;
   };
+  std::vector<std::vector<int>> dep(plan.stages, std::vector<int>(plan.chunks(), -1));
+  for (int s = 0; s < plan.stages; ++s)  // before any step ends, while left[][] says who has steps
+    for (int k = 0; k < plan.chunks(); ++k) dep[s][k] = dependency(s, k);
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::vector<bool>> done(plan.stages, std::vector<bool>(plan.chunks, false));
   std::string error;
 
   auto lane_main = [&](int s) {
-    Lane lane{lane_stream(s)};
+    Lane lane{lane_stream(s), &dev};
     try {
-      for (const Mine& m : lanes[s]) {
-        const int k = m.step->chunk, p = dependency(s, k);
+      for (const Item& it : lanes[s]) {
+        const int k = it.step->chunk, p = dep[s][k];
         {
           std::unique_lock<std::mutex> lk(mu);
-          cv.wait(lk, [&] { return !error.empty() || p < 0 || done[p][k]; });
+          cv.wait(lk, [&] { return !error.empty() || p < 0 || left[p][k] == 0; });
           if (!error.empty()) return;
         }
-        run_step(m, work, t, op, lane);
+        run_item(it, r, lane);
         dev.sync(lane.stream);
         std::lock_guard<std::mutex> lk(mu);
-        done[s][k] = true;
+        --left[s][k];
         cv.notify_all();
       }
     } catch (const std::exception& e) {
@@ -160,6 +213,31 @@ void Executor::run_threads(const Plan& plan, char* work, DType t, RedOp op, void
   lane_main(0);
   for (auto& th : threads) th.join();
   if (!error.empty()) throw Error(error);
+}
+
+void Executor::run_traced(const Plan& plan, const Run& r, void* caller_stream) {
+  Device& dev = t_.device();
+  dev.sync(caller_stream);
+  auto lanes = my_steps(plan);
+  std::vector<size_t> next(plan.stages, 0);
+  try {
+    for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick)
+      for (int s = 0; s < plan.stages; ++s) {
+        const int k = tick - s;
+        Lane lane{lane_stream(s), &dev};
+        while (next[s] < lanes[s].size() && lanes[s][next[s]].step->chunk == k) {
+          const Item& it = lanes[s][next[s]++];
+          auto t0 = std::chrono::steady_clock::now();
+          run_item(it, r, lane);
+          dev.sync(lane.stream);
+          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          timings_.push_back({s, k, it.step->op, secs});
+        }
+      }
+  } catch (const std::exception& e) {
+    t_.abort(e.what());
+    throw;
+  }
 }
 
 }  // namespace hocc

@@ -1,16 +1,21 @@
-// Runs a plan on one rank's work buffer over a Transport. Decides nothing.
+// Runs a plan for one rank over a Transport, from the caller's input to the
+// caller's output: pack, the steps, AVG's division, unpack. Decides nothing.
 //
-// Each pipeline stage is a lane. Step (s, k) starts after step (s-1, k) ends;
-// a lane runs its steps in chunk order, so stages overlap across chunks.
+// Each pipeline stage is a lane. Step (s, k) starts after this rank's nearest
+// earlier stage of chunk k ended; a lane runs its steps in chunk order, so
+// stages overlap across chunks. A rank may belong to several groups of one
+// step: it runs them in the order listed (the same on every rank).
 //   async transports (NCCL): one host thread enqueues every step in wavefront
 //     order (the same order on every rank, so communicators never wait on each
 //     other in opposite orders) on its stage's stream, with CUDA events for the
-//     (s-1, k) dependencies; the caller's stream waits for the end. Never blocks.
-//   blocking transports (in-process, shared memory): one thread per stage,
-//     handing chunks on through done flags; the first failure aborts the
-//     transport so peers fail instead of waiting, and is rethrown.
+//     dependencies; pack and unpack run on the caller's stream. Never blocks.
+//   blocking transports (in-process, shared memory, c10d): one thread per
+//     stage, handing chunks on through done flags; the first failure aborts
+//     the transport so peers fail instead of waiting, and is rethrown.
+// Trace mode runs the steps one at a time, in wavefront order, and times each.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/plan.h"
@@ -19,6 +24,20 @@
 
 namespace hocc {
 
+// The caller's tensors and the work buffer (plan.layout.size() elements; only
+// read where plan.work_at is scratch). All on the transport's device.
+struct Buffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+  void* work = nullptr;
+};
+
+struct StepTiming {
+  int stage, chunk;
+  Op op;
+  double seconds;
+};
+
 class Executor {
  public:
   explicit Executor(Transport& t) : t_(t) {}
@@ -26,24 +45,31 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // `work` holds plan.work_elems elements of `dtype` on the transport's device;
-  // `caller_stream` (CUDA) orders the run after the caller's work and the
-  // caller's later work after the run.
-  void run(const Plan& plan, void* work, DType dtype, RedOp op, void* caller_stream = nullptr);
+  // average: divide the result by the group size (AVG runs as SUM);
+  // caller_stream (CUDA) orders the run after the caller's work and the
+  // caller's later work after the run
+  void run(const Plan& plan, const Buffers& bufs, DType dtype, RedOp op, bool average,
+           void* caller_stream = nullptr);
+  void set_trace(bool on) { trace_ = on; }
+  std::vector<StepTiming> take_timings();
 
  private:
-  struct Mine {
+  struct Item {  // this rank's part of one step
     const Step* step;
-    const GroupSlice* group;
+    std::vector<const GroupSlice*> groups;
   };
-  std::vector<std::vector<Mine>> my_steps(const Plan& plan) const;  // [stage] -> steps in chunk order
-  void run_step(const Mine& m, char* work, DType t, RedOp op, const Lane& lane);
-  void run_async(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream);
-  void run_threads(const Plan& plan, char* work, DType t, RedOp op, void* caller_stream);
+  struct Run;  // one call's buffers and types
+  std::vector<std::vector<Item>> my_steps(const Plan& plan) const;  // [stage] -> steps in chunk order
+  void run_item(const Item& it, const Run& r, const Lane& lane);
+  void run_async(const Plan& plan, const Run& r, void* caller_stream);
+  void run_threads(const Plan& plan, const Run& r, void* caller_stream);
+  void run_traced(const Plan& plan, const Run& r, void* caller_stream);
   void* lane_stream(int stage);
 
   Transport& t_;
   std::vector<void*> streams_;  // one per stage, created on first use
+  bool trace_ = false;
+  std::vector<StepTiming> timings_;
 };
 
 }  // namespace hocc

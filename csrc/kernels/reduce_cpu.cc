@@ -196,4 +196,34 @@ void reduce_cpu_many(void* dst, const void* const* srcs, int nsrc, size_t n, DTy
   }
 }
 
+void divide_cpu(void* dst, size_t n, DType t, double divisor) {
+  switch (t) {
+    case DType::f32: {
+      auto* d = static_cast<float*>(dst);
+      const float q = float(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] /= q;
+      return;
+    }
+    case DType::f64: {
+      auto* d = static_cast<double*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] /= divisor;
+      return;
+    }
+    case DType::f16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      const float q = float(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = Half::store(Half::load(d[i]) / q);
+      return;
+    }
+    case DType::bf16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      const float q = float(divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = BFloat::store(BFloat::load(d[i]) / q);
+      return;
+    }
+    default:
+      throw Error(std::string("hocc: AVG needs a floating-point dtype, not ") + dtype_name(t));
+  }
+}
+
 }  // namespace hocc

@@ -83,7 +83,35 @@ void launch_op(void* dst, const void* src, size_t n, DType t, cudaStream_t s) {
   }
 }
 
+template <class T>
+__global__ void divide_kernel(T* dst, size_t n, float q) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride)
+    dst[i] = narrow<T>(widen(dst[i]) / q);
+}
+
+__global__ void divide_kernel_f64(double* dst, size_t n, double q) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] /= q;
+}
+
 }  // namespace
+
+void divide_cuda(void* dst, size_t n, DType t, double divisor, cudaStream_t s) {
+  if (n == 0) return;
+  const int threads = 512;
+  const int blocks = int(std::min<size_t>((n + threads - 1) / threads, 2048));
+  switch (t) {
+    case DType::f32: divide_kernel<float><<<blocks, threads, 0, s>>>(static_cast<float*>(dst), n, float(divisor)); break;
+    case DType::f16: divide_kernel<__half><<<blocks, threads, 0, s>>>(static_cast<__half*>(dst), n, float(divisor)); break;
+    case DType::bf16:
+      divide_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(static_cast<__nv_bfloat16*>(dst), n, float(divisor));
+      break;
+    case DType::f64: divide_kernel_f64<<<blocks, threads, 0, s>>>(static_cast<double*>(dst), n, divisor); break;
+    default: throw Error(std::string("hocc: AVG needs a floating-point dtype, not ") + dtype_name(t));
+  }
+  check(cudaGetLastError(), "divide kernel launch");
+}
 
 void reduce_cuda(void* dst, const void* src, size_t n, DType t, RedOp op, cudaStream_t s) {
   if (n == 0) return;

@@ -14,6 +14,9 @@ namespace hocc {
 // dst = dst (op) src over n elements, enqueued on `stream`; op none copies.
 void reduce_cuda(void* dst, const void* src, size_t n, DType t, RedOp op, cudaStream_t stream);
 
+// dst /= divisor over n floating-point elements (AVG), enqueued on `stream`.
+void divide_cuda(void* dst, size_t n, DType t, double divisor, cudaStream_t stream);
+
 // Measured bandwidth (GB/s of bytes read + written) of reduce_cuda and of a
 // device-to-device copy over buffers of `bytes`; for bench/gpu_check.sh.
 struct KernelBandwidth {

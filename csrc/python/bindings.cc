@@ -1,6 +1,8 @@
-// hocc._C: the C++ executor and its transports, for hocc/native/*.py.
-// Buffers cross as integer addresses (tensor.data_ptr()); the Python side
-// checks shapes, dtypes and devices before anything gets here.
+// hocc._C: the C++ executor and its transports, for hocc/native/*.py and
+// hocc/engine/*.py (typed in hocc/_C.pyi). Buffers cross as integer addresses
+// (tensor.data_ptr()); the Python side checks shapes, dtypes and devices
+// before anything gets here. Built against torch's copy of pybind11, so that
+// transport/c10d.cc can take torch.distributed backend objects.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -16,6 +18,8 @@
 #include "device/device.h"
 #include "executor/executor.h"
 #include "kernels/reduce_cpu.h"
+#include "transport/c10d.h"
+#include "transport/group.h"
 #include "transport/inproc.h"
 #include "transport/shm.h"
 #ifdef HOCC_WITH_CUDA
@@ -32,14 +36,26 @@ using namespace hocc;
 namespace {
 
 using GroupTuple = std::tuple<std::vector<int>, size_t, size_t>;
-using StepTuple = std::tuple<int, int, std::string, std::string, std::vector<GroupTuple>>;
+// (stage, chunk, op, impl, src, dst, groups)
+using StepTuple = std::tuple<int, int, std::string, std::string, std::string, std::string, std::vector<GroupTuple>>;
+// (blocks, block_elems, chunks, piece, order)
+using LayoutTuple = std::tuple<int, size_t, int, size_t, std::vector<int>>;
 
-Plan make_plan(int world, int stages, int chunks, size_t work_elems, const std::vector<StepTuple>& steps) {
+Plan make_plan(const std::string& collective, int world, int stages, const LayoutTuple& layout,
+               const std::string& work_at, bool pack, const std::vector<StepTuple>& steps) {
   Plan p;
-  p.world = world, p.stages = stages, p.chunks = chunks, p.work_elems = work_elems;
-  for (const auto& [stage, chunk, op, impl, groups] : steps) {
+  p.collective = parse_plan_op(collective), p.world = world, p.stages = stages;
+  auto& [blocks, block_elems, chunks, piece, order] = layout;
+  p.layout = Layout{blocks, block_elems, chunks, piece, order};
+  p.work_at = parse_work_at(work_at), p.pack = pack;
+  if (stages < 1 || chunks < 1 || world < 1) throw Error("hocc: a plan needs at least one stage, chunk and rank");
+  if (p.collective != Op::all_reduce && int(order.size()) != blocks)
+    throw Error("hocc: the layout's block order has " + std::to_string(order.size()) + " entries for " +
+                std::to_string(blocks) + " blocks");
+  for (const auto& [stage, chunk, op, impl, src, dst, groups] : steps) {
     Step s;
     s.stage = stage, s.chunk = chunk, s.op = parse_plan_op(op), s.impl = parse_impl(impl);
+    s.src = parse_buf(src), s.dst = parse_buf(dst);
     for (const auto& [ranks, offset, seg] : groups) {
       for (int r : ranks)
         if (r < 0 || r >= world) throw Error("hocc: plan group names rank " + std::to_string(r) + " of " +
@@ -49,6 +65,15 @@ Plan make_plan(int world, int stages, int chunks, size_t work_elems, const std::
     p.steps.push_back(std::move(s));
   }
   return p;
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::reduce_scatter: return "reduce_scatter";
+    case Op::all_gather: return "all_gather";
+    case Op::all_reduce: return "all_reduce";
+  }
+  return "?";
 }
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
@@ -78,14 +103,16 @@ class InProcRunner {
     for (int r = 0; r < size; ++r) execs_.push_back(std::make_unique<Executor>(world_.rank(r)));
   }
 
+  // one collective: rank r reads inputs[r], writes outputs[r], works in works[r];
   // fail_rank >= 0 makes that rank fail before its first step (to test that peers do not hang)
-  void run(const Plan& plan, const std::vector<uintptr_t>& bufs, const std::string& dtype, const std::string& op,
-           int fail_rank) {
-    if (int(bufs.size()) != world_.size())
-      throw Error("hocc in-process: " + std::to_string(bufs.size()) + " buffers for " +
-                  std::to_string(world_.size()) + " ranks");
+  void run(const Plan& plan, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
+           const std::vector<uintptr_t>& works, const std::string& dtype, const std::string& op, int fail_rank) {
+    const auto& bufs = inputs;
+    if (int(inputs.size()) != world_.size() || outputs.size() != inputs.size() || works.size() != inputs.size())
+      throw Error("hocc in-process: need " + std::to_string(world_.size()) + " inputs, outputs and work buffers");
     DType t = parse_dtype(dtype);
     RedOp o = parse_op(op);
+    const bool average = op == "avg";
     std::vector<std::string> errors(bufs.size());
     {
       py::gil_scoped_release nogil;
@@ -95,7 +122,7 @@ class InProcRunner {
         threads.emplace_back([&, r] {
           try {
             if (r == fail_rank) throw Error("rank " + std::to_string(r) + " failed on purpose");
-            execs_[r]->run(plan, ptr(bufs[r]), t, o, nullptr);
+            execs_[r]->run(plan, {ptr(inputs[r]), ptr(outputs[r]), ptr(works[r])}, t, o, average, nullptr);
           } catch (const std::exception& e) {
             errors[r] = e.what();
             world_.abort(e.what());
@@ -133,12 +160,49 @@ PYBIND11_MODULE(_C, m) {
   }, "True when this build has the CUDA kernels and the NCCL transport");
 
   py::class_<Plan>(m, "Plan")
-      .def(py::init(&make_plan), py::arg("world"), py::arg("stages"), py::arg("chunks"), py::arg("work_elems"),
-           py::arg("steps"))
+      .def(py::init(&make_plan), py::arg("collective"), py::arg("world"), py::arg("stages"), py::arg("layout"),
+           py::arg("work_at"), py::arg("pack"), py::arg("steps"))
       .def_readonly("world", &Plan::world)
       .def_readonly("stages", &Plan::stages)
-      .def_readonly("chunks", &Plan::chunks)
+      .def_property_readonly("chunks", &Plan::chunks)
+      .def_property_readonly("work_elems", [](const Plan& p) { return p.layout.size(); })
       .def_property_readonly("num_steps", [](const Plan& p) { return p.steps.size(); });
+
+  py::class_<Comm, std::shared_ptr<Comm>>(m, "Comm", "one group's communicator, for a GroupTransport")
+      .def_readonly("me", &Comm::me)
+      .def_readonly("n", &Comm::n);
+  m.def("c10d_comm", &make_c10d_comm, py::arg("backend"), py::arg("me"), py::arg("n"),
+        "a Comm over a torch.distributed backend object (ProcessGroupGloo)");
+
+  py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process CPU group (transport/group.h)")
+      .def(py::init<int, int>(), py::arg("rank"), py::arg("size"))
+      .def("add", [](GroupTransport& t, int stage, const std::vector<int>& ranks, const std::string& impl,
+                     std::shared_ptr<Comm> comm) { t.add(stage, ranks, parse_impl(impl), std::move(comm)); },
+           py::arg("stage"), py::arg("ranks"), py::arg("impl"), py::arg("comm"))
+      .def("has", [](const GroupTransport& t, int stage, const std::vector<int>& ranks, const std::string& impl) {
+        return t.has(stage, ranks, parse_impl(impl));
+      }, py::arg("stage"), py::arg("ranks"), py::arg("impl"))
+      .def("clear", &GroupTransport::clear)
+      .def("abort", &GroupTransport::abort, py::arg("why"));
+
+  auto run = [](Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, uintptr_t work,
+                const std::string& dtype, const std::string& op, uintptr_t stream) {
+    DType t = parse_dtype(dtype);
+    RedOp o = parse_op(op);
+    py::gil_scoped_release nogil;
+    e.run(plan, {ptr(input), ptr(output), ptr(work)}, t, o, op == "avg", ptr(stream));
+  };
+  auto executor = py::class_<Executor>(m, "Executor", "runs plans for one rank over a transport (executor/executor.h)");
+  executor
+      .def(py::init([](GroupTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>())
+      .def("run", run, py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"), py::arg("dtype"),
+           py::arg("op"), py::arg("stream") = 0)
+      .def("set_trace", &Executor::set_trace)
+      .def("take_timings", [](Executor& e) {
+        std::vector<std::tuple<int, int, std::string, double>> out;
+        for (const auto& x : e.take_timings()) out.emplace_back(x.stage, x.chunk, op_name(x.op), x.seconds);
+        return out;
+      }, "(stage, chunk, collective, seconds) of each step run since the last call, in trace mode");
 
   m.def("reduce", [](uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op) {
     DType t = parse_dtype(dtype);
@@ -160,13 +224,14 @@ PYBIND11_MODULE(_C, m) {
   py::class_<InProcRunner>(m, "InProcWorld")
       .def(py::init<int, const std::string&, double>(), py::arg("size"), py::arg("device") = "cpu",
            py::arg("timeout_s") = 60.0)
-      .def("run", &InProcRunner::run, py::arg("plan"), py::arg("buffers"), py::arg("dtype"), py::arg("op"),
-           py::arg("fail_rank") = -1);
+      .def("run", &InProcRunner::run, py::arg("plan"), py::arg("inputs"), py::arg("outputs"), py::arg("works"),
+           py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1);
 
-  py::class_<ShmComm>(m, "ShmComm", "one host group's shared-memory segment (see csrc/transport/shm.h)")
+  py::class_<ShmComm, Comm, std::shared_ptr<ShmComm>>(m, "ShmComm",
+                                                     "one host group's shared-memory segment (transport/shm.h)")
       .def(py::init([](const std::string& path, int me, int n, size_t half_bytes, double timeout_s,
                        const std::string& wait) {
-             return std::make_unique<ShmComm>(path, me, n, half_bytes, timeout_s, parse_wait_mode(wait));
+             return std::make_shared<ShmComm>(path, me, n, half_bytes, timeout_s, parse_wait_mode(wait));
            }),
            py::arg("path"), py::arg("me"), py::arg("n"), py::arg("half_bytes"), py::arg("timeout_s"),
            py::arg("wait") = "futex")
@@ -176,7 +241,8 @@ PYBIND11_MODULE(_C, m) {
         DType t = parse_dtype(dtype);
         RedOp o = parse_op(op);
         py::gil_scoped_release nogil;
-        c.all_reduce_from(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o);
+        c.all_reduce(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o,
+                     Lane{});
       }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("src") = 0,
       "in place on buf, or reading the input from src")
       .def("reduce_scatter", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype,
@@ -184,12 +250,13 @@ PYBIND11_MODULE(_C, m) {
         DType t = parse_dtype(dtype);
         RedOp o = parse_op(op);
         py::gil_scoped_release nogil;
-        c.reduce_scatter(static_cast<char*>(ptr(buf)), seg, t, o, Lane{});
+        c.reduce_scatter(static_cast<char*>(ptr(buf)), static_cast<char*>(ptr(buf)), seg, t, o, Lane{});
       })
       .def("all_gather", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype) {
         DType t = parse_dtype(dtype);
+        char* b = static_cast<char*>(ptr(buf));
         py::gil_scoped_release nogil;
-        c.all_gather(static_cast<char*>(ptr(buf)), seg, t, Lane{});
+        c.all_gather(b + size_t(c.me) * seg * dtype_size(t), b, seg, t, Lane{});
       })
       .def_property_readonly("broken", &ShmComm::broken)
       .def_property_readonly("barriers", &ShmComm::barriers)
@@ -207,17 +274,10 @@ PYBIND11_MODULE(_C, m) {
            py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"))
       .def("all_reduce", [](NcclTransport& t, uintptr_t buf, size_t n, const std::string& dtype,
                             const std::string& op, uintptr_t stream) {
-        t.world().all_reduce(static_cast<char*>(ptr(buf)), n, parse_dtype(dtype), parse_op(op), Lane{ptr(stream)});
+        auto* b = static_cast<char*>(ptr(buf));
+        t.world().all_reduce(b, b, n, parse_dtype(dtype), parse_op(op), Lane{ptr(stream), &t.device()});
       }, "all-reduce over the whole group, in place, on `stream`");
-  py::class_<Executor>(m, "NcclExecutor")
-      .def(py::init([](NcclTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>())
-      .def("run", [](Executor& e, const Plan& plan, uintptr_t work, const std::string& dtype, const std::string& op,
-                     uintptr_t stream) {
-        DType t = parse_dtype(dtype);
-        RedOp o = parse_op(op);
-        py::gil_scoped_release nogil;
-        e.run(plan, ptr(work), t, o, ptr(stream));
-      }, py::arg("plan"), py::arg("work"), py::arg("dtype"), py::arg("op"), py::arg("stream"));
+  executor.def(py::init([](NcclTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>());
   m.def("bench_reduce_cuda", [](size_t bytes, const std::string& dtype, int iters, int device) {
     if (cudaSetDevice(device) != cudaSuccess) throw Error("hocc: no CUDA device " + std::to_string(device));
     auto bw = bench_reduce_cuda(bytes, parse_dtype(dtype), iters);

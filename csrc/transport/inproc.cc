@@ -1,5 +1,6 @@
 #include "transport/inproc.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace hocc {
@@ -85,11 +86,11 @@ void InProcTransport::abort(const std::string& why) { world_.abort(why); }
 
 void InProcTransport::prepare(const Plan& plan) {
   for (const Step& s : plan.steps)
-    if (const GroupSlice* g = s.group_of(rank_))
-      if (g->ranks.size() > 1) comm(s.stage, g->ranks);
+    for (const GroupSlice& g : s.groups)
+      if (g.ranks.size() > 1 && std::count(g.ranks.begin(), g.ranks.end(), rank_)) comm(s.stage, g.ranks);
 }
 
-Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks) {
+Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
   std::lock_guard<std::mutex> lk(mu_);
   auto key = std::make_pair(stage, ranks);
   auto it = comms_.find(key);

@@ -32,7 +32,7 @@ class InProcTransport final : public Transport {
   Device& device() override;
   bool async() const override { return false; }
   void prepare(const Plan& plan) override;
-  Comm& comm(int stage, const std::vector<int>& ranks) override;
+  Comm& comm(int stage, const std::vector<int>& ranks, Impl impl = Impl::ring) override;
   void abort(const std::string& why) override;
 
  private:

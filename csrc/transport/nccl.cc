@@ -47,17 +47,18 @@ class NcclComm final : public Comm {
     if (owned_) ncclCommDestroy(comm_);
   }
 
-  void all_reduce(char* base, size_t count, DType t, RedOp op, const Lane& lane) override {
-    check(ncclAllReduce(base, base, count, nccl_type(t), nccl_op(op), comm_, stream(lane)), "ncclAllReduce");
+  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override {
+    check(ncclAllReduce(src, dst, count, nccl_type(t), nccl_op(op), comm_, stream(lane)), "ncclAllReduce");
   }
-  void reduce_scatter(char* base, size_t seg, DType t, RedOp op, const Lane& lane) override {
-    // NCCL's in-place form: the output is this member's own segment of the input
-    char* mine = base + size_t(me) * seg * dtype_size(t);
-    check(ncclReduceScatter(base, mine, seg, nccl_type(t), nccl_op(op), comm_, stream(lane)), "ncclReduceScatter");
+  void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) override {
+    // with src == dst this is NCCL's in-place form: the output is our own segment of the input
+    reduce_scatter_out(src, dst + size_t(me) * seg * dtype_size(t), seg, t, op, lane);
   }
-  void all_gather(char* base, size_t seg, DType t, const Lane& lane) override {
-    char* mine = base + size_t(me) * seg * dtype_size(t);
-    check(ncclAllGather(mine, base, seg, nccl_type(t), comm_, stream(lane)), "ncclAllGather");
+  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override {
+    check(ncclReduceScatter(src, out, seg, nccl_type(t), nccl_op(op), comm_, stream(lane)), "ncclReduceScatter");
+  }
+  void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override {
+    check(ncclAllGather(src, dst, seg, nccl_type(t), comm_, stream(lane)), "ncclAllGather");
   }
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane& lane) override {
@@ -125,41 +126,66 @@ NcclTransport::~NcclTransport() {
 
 Comm& NcclTransport::world() { return *world_; }
 
+namespace {
+
+bool is_whole(const std::vector<int>& ranks, int size) {
+  if (int(ranks.size()) != size) return false;
+  for (int i = 0; i < size; ++i)
+    if (ranks[i] != i) return false;
+  return true;
+}
+
+// a stage's groups as layers of disjoint groups (one ncclCommSplit each): a rank
+// may sit in several groups of a step (unequal hosts), never twice in a layer
+std::vector<std::vector<std::vector<int>>> layers(std::vector<std::vector<int>> groups) {
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  std::vector<std::vector<std::vector<int>>> out;
+  std::vector<std::set<int>> used;
+  for (auto& g : groups) {
+    size_t l = 0;
+    for (; l < out.size(); ++l)
+      if (std::none_of(g.begin(), g.end(), [&](int r) { return used[l].count(r); })) break;
+    if (l == out.size()) out.emplace_back(), used.emplace_back();
+    used[l].insert(g.begin(), g.end());
+    out[l].push_back(g);
+  }
+  return out;
+}
+
+}  // namespace
+
 void NcclTransport::prepare(const Plan& plan) {
-  // one split per (stage, partition): every rank walks the same plans in the same
-  // order and calls ncclCommSplit for the same partitions, as it is collective
+  // one split per (stage, layer of disjoint groups): every rank walks the same plans
+  // in the same order and calls ncclCommSplit for the same partitions, as it is collective
   std::map<int, std::vector<std::vector<int>>> parts;
   for (const Step& s : plan.steps)
     for (const GroupSlice& g : s.groups)
-      if (g.ranks.size() > 1) parts[s.stage].push_back(g.ranks);
-  for (auto& [stage, groups] : parts) {
-    std::sort(groups.begin(), groups.end());
-    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
-    auto key = std::make_pair(stage, groups);
-    if (splits_.count(key)) continue;
-    int color = NCCL_SPLIT_NOCOLOR, me = 0;
-    const std::vector<int>* mine = nullptr;
-    for (size_t i = 0; i < groups.size(); ++i)
-      for (size_t j = 0; j < groups[i].size(); ++j)
-        if (groups[i][j] == rank_) {
-          if (mine) throw Error("hocc nccl: rank " + std::to_string(rank_) + " is in two groups of stage " +
-                                std::to_string(stage) + "; a stage's groups must be disjoint");
-          color = int(i), me = int(j), mine = &groups[i];
-        }
-    ncclComm_t sub = nullptr;
-    check(ncclCommSplit(static_cast<ncclComm_t>(parent_), color, me, &sub, nullptr), "ncclCommSplit");
-    splits_.insert(key);
-    if (!mine) continue;
-    auto ckey = std::make_pair(stage, *mine);
-    if (comms_.count(ckey)) {  // every member met this group first in the same earlier split: keep that one
-      ncclCommDestroy(sub);
-      continue;
+      if (g.ranks.size() > 1 && !is_whole(g.ranks, size_)) parts[s.stage].push_back(g.ranks);
+  for (auto& [stage, all] : parts)
+    for (auto& groups : layers(all)) {
+      auto key = std::make_pair(stage, groups);
+      if (splits_.count(key)) continue;
+      int color = NCCL_SPLIT_NOCOLOR, me = 0;
+      const std::vector<int>* mine = nullptr;
+      for (size_t i = 0; i < groups.size(); ++i)
+        for (size_t j = 0; j < groups[i].size(); ++j)
+          if (groups[i][j] == rank_) color = int(i), me = int(j), mine = &groups[i];
+      ncclComm_t sub = nullptr;
+      check(ncclCommSplit(static_cast<ncclComm_t>(parent_), color, me, &sub, nullptr), "ncclCommSplit");
+      splits_.insert(key);
+      if (!mine) continue;
+      auto ckey = std::make_pair(stage, *mine);
+      if (comms_.count(ckey)) {  // every member met this group first in the same earlier split: keep that one
+        ncclCommDestroy(sub);
+        continue;
+      }
+      comms_.emplace(ckey, std::make_unique<NcclComm>(sub, me, int(mine->size()), device_, true));
     }
-    comms_.emplace(ckey, std::make_unique<NcclComm>(sub, me, int(mine->size()), device_, true));
-  }
 }
 
-Comm& NcclTransport::comm(int stage, const std::vector<int>& ranks) {
+Comm& NcclTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
+  if (is_whole(ranks, size_)) return *world_;  // the whole group in rank order: the parent communicator
   auto it = comms_.find({stage, ranks});
   if (it == comms_.end()) throw Error("hocc nccl: no communicator for a group of stage " + std::to_string(stage) +
                                       "; prepare() the plan first");

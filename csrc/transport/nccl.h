@@ -28,7 +28,7 @@ class NcclTransport final : public Transport {
   Device& device() override { return device_; }
   bool async() const override { return true; }
   void prepare(const Plan& plan) override;
-  Comm& comm(int stage, const std::vector<int>& ranks) override;
+  Comm& comm(int stage, const std::vector<int>& ranks, Impl impl = Impl::native) override;
   void abort(const std::string& why) override;
   // the whole group, for a world-of-one check and for native calls
   Comm& world();

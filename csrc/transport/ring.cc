@@ -40,31 +40,54 @@ void all_gather_parts(Comm& c, char* base, const std::vector<Part>& p, DType t, 
 
 }  // namespace
 
-void ring_reduce_scatter(Comm& c, char* base, size_t seg, DType t, RedOp op, const Lane& lane) {
-  if (c.n > 1) reduce_scatter_parts(c, base, equal_parts(seg, c.n), t, op, lane);
+void copy_in(const char* src, char* dst, size_t n, DType t, const Lane& lane) {
+  if (src == dst || n == 0) return;
+  if (!lane.dev) throw Error("hocc: a lane without a device cannot copy");
+  lane.dev->reduce(dst, src, n, t, RedOp::none, lane.stream);
 }
 
-void ring_all_gather(Comm& c, char* base, size_t seg, DType t, const Lane& lane) {
-  if (c.n > 1) all_gather_parts(c, base, equal_parts(seg, c.n), t, lane);
+void ring_reduce_scatter(Comm& c, const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) {
+  copy_in(src, dst, seg * c.n, t, lane);
+  if (c.n > 1) reduce_scatter_parts(c, dst, equal_parts(seg, c.n), t, op, lane);
 }
 
-void ring_all_reduce(Comm& c, char* base, size_t count, DType t, RedOp op, const Lane& lane) {
+void ring_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane) {
+  copy_in(src, dst + size_t(c.me) * seg * dtype_size(t), seg, t, lane);
+  if (c.n > 1) all_gather_parts(c, dst, equal_parts(seg, c.n), t, lane);
+}
+
+void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
+  copy_in(src, dst, count, t, lane);
   if (c.n < 2) return;
   auto parts = split_even(count, c.n);
-  reduce_scatter_parts(c, base, parts, t, op, lane);
-  all_gather_parts(c, base, parts, t, lane);
+  reduce_scatter_parts(c, dst, parts, t, op, lane);
+  all_gather_parts(c, dst, parts, t, lane);
 }
 
-void Comm::reduce_scatter(char* base, size_t seg, DType t, RedOp op, const Lane& lane) {
-  ring_reduce_scatter(*this, base, seg, t, op, lane);
+void Comm::reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) {
+  ring_reduce_scatter(*this, src, dst, seg, t, op, lane);
 }
 
-void Comm::all_gather(char* base, size_t seg, DType t, const Lane& lane) {
-  ring_all_gather(*this, base, seg, t, lane);
+void Comm::all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) {
+  ring_all_gather(*this, src, dst, seg, t, lane);
 }
 
-void Comm::all_reduce(char* base, size_t count, DType t, RedOp op, const Lane& lane) {
-  ring_all_reduce(*this, base, count, t, op, lane);
+void Comm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
+  ring_all_reduce(*this, src, dst, count, t, op, lane);
+}
+
+void Comm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
+  // a private region, so the caller's input is only read
+  const size_t es = dtype_size(t), bytes = seg * size_t(n) * es;
+  if (!lane.dev) throw Error("hocc: a lane without a device cannot allocate");
+  struct Scratch {
+    Device& dev;
+    char* p;
+    ~Scratch() { dev.free(p); }
+  } tmp{*lane.dev, static_cast<char*>(lane.dev->alloc(bytes))};
+  reduce_scatter(src, tmp.p, seg, t, op, lane);
+  copy_in(tmp.p + size_t(me) * seg * es, out, seg, t, lane);
+  lane.dev->sync(lane.stream);  // the scratch is freed on return
 }
 
 }  // namespace hocc

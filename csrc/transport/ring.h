@@ -4,7 +4,8 @@
 //   all-gather: at step t it sends segment i-t and receives segment i-t-1.
 //   all-reduce: reduce-scatter then all-gather over n near-equal parts.
 // Each member sends (n-1) segments per phase: 2(n-1)/n of the data for
-// all-reduce, (n-1)/n of the gathered size for the others.
+// all-reduce, (n-1)/n of the gathered size for the others. Rings work in
+// place on dst; a separate src is copied in first (src/dst as in Comm).
 #pragma once
 
 #include "transport/transport.h"
@@ -21,8 +22,11 @@ inline Part even_part(size_t count, int n, int i) {
   return {u * q + (u < r ? u : r), q + (u < r ? 1 : 0)};
 }
 
-void ring_reduce_scatter(Comm& c, char* base, size_t seg, DType t, RedOp op, const Lane& lane);
-void ring_all_gather(Comm& c, char* base, size_t seg, DType t, const Lane& lane);
-void ring_all_reduce(Comm& c, char* base, size_t count, DType t, RedOp op, const Lane& lane);
+void ring_reduce_scatter(Comm& c, const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane);
+void ring_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane);
+void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
+
+// dst = src over n elements on the lane's device, unless they are the same memory
+void copy_in(const char* src, char* dst, size_t n, DType t, const Lane& lane);
 
 }  // namespace hocc

@@ -91,6 +91,11 @@ void ShmComm::check_usable() const {
     throw Error("hocc shm: this host group failed earlier (" + broken_ + "); not waiting again");
 }
 
+void ShmComm::abort(const std::string&) {
+  __atomic_store_n(&hdr_->abort, 1u, __ATOMIC_RELEASE);
+  futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
 void ShmComm::fail(const std::string& why) {
   broken_ = why;
   __atomic_store_n(&hdr_->abort, 1u, __ATOMIC_RELEASE);
@@ -146,20 +151,26 @@ void ShmComm::barrier() {
   waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void ShmComm::all_gather(char* base, size_t seg, DType t, const Lane&) {
+void ShmComm::all_gather(const char* src, char* dst, size_t seg, DType t, const Lane&) {
   check_usable();
   const size_t es = dtype_size(t), cap = half_bytes_ / es;
   for (size_t start = 0; start < seg; start += cap, ++piece_) {
     const size_t len = std::min(cap, seg - start);
     const int h = int(piece_ % 2);
-    std::memcpy(slot(me, h), base + (size_t(me) * seg + start) * es, len * es);
+    std::memcpy(slot(me, h), src + start * es, len * es);
     barrier();
     for (int j = 0; j < n; ++j)
-      if (j != me) std::memcpy(base + (size_t(j) * seg + start) * es, slot(j, h), len * es);
+      if (j != me) std::memcpy(dst + (size_t(j) * seg + start) * es, slot(j, h), len * es);
   }
+  char* mine = dst + size_t(me) * seg * es;
+  if (mine != src) std::memcpy(mine, src, seg * es);
 }
 
-void ShmComm::reduce_scatter(char* base, size_t seg, DType t, RedOp op, const Lane&) {
+void ShmComm::reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) {
+  reduce_scatter_out(src, dst + size_t(me) * seg * dtype_size(t), seg, t, op, lane);
+}
+
+void ShmComm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane&) {
   check_usable();
   const size_t es = dtype_size(t), cap = std::max<size_t>(1, half_bytes_ / es / n);
   std::vector<const void*> srcs(n);
@@ -167,26 +178,22 @@ void ShmComm::reduce_scatter(char* base, size_t seg, DType t, RedOp op, const La
     const size_t len = std::min(cap, seg - start);
     const int h = int(piece_ % 2);
     for (int i = 0; i < n; ++i)  // part i of my slot: my contribution to member i's segment
-      if (i != me) std::memcpy(slot(me, h) + i * len * es, base + (size_t(i) * seg + start) * es, len * es);
+      if (i != me) std::memcpy(slot(me, h) + i * len * es, src + (size_t(i) * seg + start) * es, len * es);
     barrier();
-    char* mine = base + (size_t(me) * seg + start) * es;
-    for (int i = 0; i < n; ++i) srcs[i] = i == me ? mine : slot(i, h) + size_t(me) * len * es;
-    reduce_cpu_many(mine, srcs.data(), n, len, t, op);
+    for (int i = 0; i < n; ++i)
+      srcs[i] = i == me ? src + (size_t(me) * seg + start) * es : slot(i, h) + size_t(me) * len * es;
+    reduce_cpu_many(out + start * es, srcs.data(), n, len, t, op);
   }
 }
 
-void ShmComm::all_reduce(char* base, size_t count, DType t, RedOp op, const Lane&) {
-  all_reduce_from(base, base, count, t, op);
-}
-
-void ShmComm::all_reduce_from(const char* src, char* base, size_t count, DType t, RedOp op) {
+void ShmComm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane&) {
   check_usable();
   const size_t es = dtype_size(t), cap = half_bytes_ / es;
   std::vector<const void*> srcs(n);
   for (size_t start = 0; start < count; start += cap, ++piece_) {
     const size_t len = std::min(cap, count - start);
     const int h = int(piece_ % 2);
-    char* out = base + start * es;
+    char* out = dst + start * es;
     std::memcpy(slot(me, h), src + start * es, len * es);
     barrier();
     Part p = even_part(len, n, me);

@@ -45,12 +45,12 @@ class ShmComm final : public Comm {
   ShmComm(const ShmComm&) = delete;
   ShmComm& operator=(const ShmComm&) = delete;
 
-  void reduce_scatter(char* base, size_t seg, DType t, RedOp op, const Lane& lane) override;
-  void all_gather(char* base, size_t seg, DType t, const Lane& lane) override;
-  void all_reduce(char* base, size_t count, DType t, RedOp op, const Lane& lane) override;
-  // the same, reading the input from `src` (which may be `base`) instead of `base`
-  void all_reduce_from(const char* src, char* base, size_t count, DType t, RedOp op);
+  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
+  void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) override;
+  void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override;
+  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override;
   void exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) override;
+  void abort(const std::string& why) override;  // sets the shared abort flag: every member fails
 
   bool broken() const { return !broken_.empty(); }
   uint64_t barriers() const { return seq_; }

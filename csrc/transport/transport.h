@@ -16,9 +16,11 @@
 
 namespace hocc {
 
-// Where a comm op runs: a CUDA stream (or null: the calling thread, on CPU).
+// Where a comm op runs: a CUDA stream (or null: the calling thread, on CPU),
+// and the device that copies and reduces there.
 struct Lane {
   void* stream = nullptr;
+  Device* dev = nullptr;
 };
 
 class Comm {
@@ -28,16 +30,27 @@ class Comm {
   const int me;  // this rank's index among the members
   const int n;   // members
 
-  // Native collectives, in place on `base` (segment i at base + i*seg).
-  // The default runs the rings of transport/ring.h over exchange().
-  virtual void reduce_scatter(char* base, size_t seg, DType t, RedOp op, const Lane& lane);
-  virtual void all_gather(char* base, size_t seg, DType t, const Lane& lane);
-  virtual void all_reduce(char* base, size_t count, DType t, RedOp op, const Lane& lane);
+  // Native collectives on a region (segment i at dst + i*seg), reading from
+  // `src`, which may be `dst` (in place) or a read-only buffer laid out alike.
+  // The defaults run the rings of transport/ring.h over exchange().
+  //   all_reduce      dst[0, count) = the reduction of every member's src
+  //   reduce_scatter  src holds n segments; segment `me` of dst ends reduced,
+  //                   dst's other segments are left undefined
+  //   all_gather      src is this member's segment (it may be dst + me*seg);
+  //                   dst ends with every member's
+  //   reduce_scatter_out  torch.distributed's form: `out` (seg elements) gets
+  //                   segment `me`, and nothing else is written
+  virtual void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
+  virtual void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane);
+  virtual void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane);
+  virtual void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane);
 
   // One ring step: send `send_n` elements to member me+1 while receiving
   // `recv_n` from member me-1, reduced into `recv` with op (none: copied).
   virtual void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                         const Lane& lane) = 0;
+  // a failure elsewhere in this rank: make peers blocked on this comm fail too
+  virtual void abort(const std::string& /*why*/) {}
 };
 
 class Transport {
@@ -52,7 +65,9 @@ class Transport {
   // create every communicator `plan` needs (collective: all ranks call it
   // with the same plans in the same order); idempotent
   virtual void prepare(const Plan& plan) = 0;
-  virtual Comm& comm(int stage, const std::vector<int>& ranks) = 0;
+  // the communicator of one group of a plan step (impl: how the step runs,
+  // for transports that keep a different communicator per impl)
+  virtual Comm& comm(int stage, const std::vector<int>& ranks, Impl impl) = 0;
   // a local failure: wake peers blocked on this rank so they fail too
   virtual void abort(const std::string& /*why*/) {}
 };

@@ -1,5 +1,6 @@
 """Drop-in collectives: torch.distributed's signatures and semantics, plus
-`algo` ('auto', 'native', 'ring', 'ho_ring'). Thin: validate, plan, submit."""
+`algo` ('auto', 'native', 'ring', 'ho_ring'). Thin: validate, then hand the
+call to the group's engine (hocc.engine.engine.Engine.run)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ import torch.distributed as dist
 from hocc.api import validate as v
 from hocc.config import get_config
 from hocc.engine.engine import Engine, get_engine
-from hocc.engine.executor import reads_caller_input
-from hocc.engine.layout import pack, unpack
-from hocc.engine.reduce import wire_op
 from hocc.engine.work import Work
 from hocc.plan.types import Plan
 
@@ -24,60 +22,6 @@ def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
     return get_engine(group, device, get_config())
 
 
-def submit(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str,
-           algo: str | None, async_op: bool) -> Work | None:
-    """Plan a call and queue it on the engine (after every earlier call)."""
-    cfg = get_config()
-    algo = algo if algo is not None else cfg.algo
-    count = out.numel() if collective == "reduce_scatter" else inp.numel()
-    plan = eng.plan(collective, count, inp.element_size(), algo, cfg)
-    return eng.submit(lambda: execute(eng, plan, inp, out, op_name), [out], async_op)
-
-
-def run_collective(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> Work:
-    """For the hocc backend: an already-validated call with the default algo, async."""
-    work = submit(eng, collective, inp, out, op_name, None, True)
-    assert work is not None
-    return work
-
-
-def execute(eng: Engine, plan: Plan, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:
-    """native: the backend's collective on the caller's tensors. Other plans run
-    on a private work buffer, copied into the caller's output at the end."""
-    if plan.algo == "native":
-        run_native(eng, plan.collective, inp, out, op_name)
-        return
-    nbytes = plan.layout.size * inp.element_size()
-    buf = eng.take_work(nbytes)
-    work = None if buf is None else buf[:nbytes].view(inp.dtype)
-    if work is not None and eng.native is None and inp.is_contiguous() and reads_caller_input(plan, inp.numel()):
-        eng.run_plan(plan, work, op_name, source=inp)  # no packing copy
-    else:
-        work = pack(plan.collective, plan.layout, inp, eng.rank, work)
-        eng.run_plan(plan, work, op_name)
-    if op_name == "avg" and plan.collective != "all_gather":
-        work.div_(eng.size)
-    unpack(plan.collective, plan.layout, work, out, eng.rank)
-    eng.give_back_work(buf)
-
-
-def run_native(eng: Engine, collective: str, inp: torch.Tensor, out: torch.Tensor, op_name: str) -> None:
-    """The inner backend's own collective (AVG as SUM then divide: gloo lacks it)."""
-    backend = eng.info.inner
-    if collective == "all_reduce":
-        opts = dist.AllreduceOptions()
-        opts.reduceOp = wire_op(op_name)
-        backend.allreduce([inp], opts).wait()
-    elif collective == "all_gather":
-        backend._allgather_base(out.view(-1), inp.view(-1)).wait()
-    else:
-        ropts = dist.ReduceScatterOptions()
-        ropts.reduceOp = wire_op(op_name)
-        backend._reduce_scatter_base(out.view(-1), inp.view(-1), ropts).wait()
-    if op_name == "avg":
-        out.div_(eng.size)
-
-
 def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """Reduce `tensor` across the group, in place on every rank."""
@@ -86,7 +30,7 @@ def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.Proc
     v.check_tensor(tensor, "tensor", fn)
     name = v.check_op(op, tensor.dtype, fn)
     v.check_algo(algo or get_config().algo, fn)
-    return submit(_engine(g, tensor.device), "all_reduce", tensor, tensor, name, algo, async_op)
+    return _engine(g, tensor.device).run("all_reduce", tensor, tensor, name, algo, async_op)
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
@@ -100,7 +44,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     v.check_same([output_tensor, input_tensor], ["output_tensor", "input_tensor"], fn)
     v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
     v.check_algo(algo or get_config().algo, fn)
-    return submit(_engine(g, input_tensor.device), "all_gather", input_tensor, output_tensor, "sum", algo, async_op)
+    return _engine(g, input_tensor.device).run("all_gather", input_tensor, output_tensor, "sum", algo, async_op)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
@@ -115,7 +59,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
     name = v.check_op(op, input.dtype, fn)
     v.check_algo(algo or get_config().algo, fn)
-    return submit(_engine(g, input.device), "reduce_scatter", input, output, name, algo, async_op)
+    return _engine(g, input.device).run("reduce_scatter", input, output, name, algo, async_op)
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None,

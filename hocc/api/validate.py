@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import ALGO_CHOICES
-from hocc.engine.reduce import DTYPES, FLOAT_DTYPES, op_name
+from hocc.engine.dtypes import DTYPES, FLOAT_DTYPES, op_name
 
 
 class HoccError(ValueError):

@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from hocc.api.collectives import run_collective
+from hocc.engine.dtypes import DTYPES, op_name
 from hocc.engine.engine import Engine, GroupInfo
-from hocc.engine.reduce import DTYPES, op_name
+from hocc.engine.work import Work
 
 # Methods handed to the inner backend as they are: ProcessGroup's name -> the backend's.
 DELEGATED = {
@@ -113,9 +113,14 @@ class HoccProcessGroup(dist.ProcessGroup):
         return self._backend_for(device) == "hocc"
 
     # -- the three planned collectives ---------------------------------------
+    def _submit(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> Work:
+        """An already-checked call with the default algo, async, on the engine."""
+        work = self.hocc_engine(inp.device).run(collective, inp, out, reduce_op, None, async_op=True)
+        assert work is not None
+        return work
+
     def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, op: object) -> dist.Work:
-        work = run_collective(self.hocc_engine(inp.device), collective, inp, out, op_name(op))
-        return _create_work_from_future(work.get_future())
+        return _create_work_from_future(self._submit(collective, inp, out, op_name(op)).get_future())
 
     @staticmethod
     def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
@@ -159,7 +164,7 @@ class HoccProcessGroup(dist.ProcessGroup):
                 or any(o.numel() != inp.numel() for o in outs)):
             return self.inner(inp.device).allgather(output_lists, inputs, opts or dist.AllgatherOptions())
         flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype, device=inp.device)
-        work = run_collective(self.hocc_engine(inp.device), "all_gather", inp, flat, "sum")
+        work = self._submit("all_gather", inp, flat, "sum")
 
         def split(_: Any) -> list[torch.Tensor]:
             for i, o in enumerate(outs):

@@ -21,6 +21,7 @@ from hocc.bench.sizes import parse_size, sweep
 from hocc.config import ALGO_CHOICES, get_config
 from hocc.engine.engine import get_engine
 from hocc.plan.cost import link_bound
+from hocc.plan.policy import settings_meta
 from hocc.topology import Topology, parse_spec
 
 DTYPES = {"float": torch.float32, "float32": torch.float32, "double": torch.float64, "float64": torch.float64,
@@ -105,8 +106,7 @@ def _planner_settings(device: str) -> dict[str, Any]:
     """The engine's planner settings for the world group (so `hocc calibrate`
     prices the plans that really ran: ring ops, host transport, chunk cap)."""
     cfg = get_config()
-    pc = get_engine(dist.group.WORLD, torch.device(device), cfg).planner_config(cfg)
-    return {"ring_ops": list(pc.ring_ops), "host_impl": pc.host_impl, "max_chunk_bytes": pc.max_chunk_bytes}
+    return settings_meta(get_engine(dist.group.WORLD, torch.device(device), cfg).settings(cfg))
 
 
 def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, device: str) -> None:

@@ -1,7 +1,9 @@
-"""One engine per (process group, device type): the group's topology, its
-cached sub-groups and plans, and a single worker that runs calls in the order
-they were made (every rank issues the same collectives in the same order,
-which is what keeps sub-group traffic matched across ranks)."""
+"""One engine per (process group, device type): it owns a call from plan to
+result. The group's topology, the planner settings (hocc.plan.policy), the
+plan cache, the communicators and the C++ executor that runs every plan
+(CPU: shared memory and gloo; CUDA: NCCL) live here, and a single worker
+runs calls in the order they were made (every rank issues the same
+collectives in the same order, which keeps sub-group traffic matched)."""
 
 from __future__ import annotations
 
@@ -12,21 +14,21 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hocc.config import Config
-from hocc.engine.executor import Executor
-from hocc.engine.subgroups import SubgroupCache, group_timeout
+from hocc.config import Config, get_config
+from hocc.engine.comms import Communicators
 from hocc.engine.work import Work
-from hocc.native import available as native_available
-from hocc.native import cuda_built
-from hocc.native.nccl import NcclRunner
+from hocc.executor import cuda_built, load
+from hocc.executor.nccl import NcclRunner
+from hocc.executor.plans import dtype_name, to_native
 from hocc.plan.planner import PlannerConfig, make_plan
+from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
 from hocc.topology import Topology, from_hostnames, parse_spec
 
@@ -53,6 +55,17 @@ class GroupInfo:
                          group._get_backend(device), group_timeout(group, device))
 
 
+def group_timeout(group: dist.ProcessGroup, device: torch.device) -> timedelta:
+    """The group's timeout, which hocc's sub-groups and shared memory inherit."""
+    try:
+        t = group._get_backend(device).options._timeout
+        if isinstance(t, timedelta):
+            return t
+    except (AttributeError, RuntimeError):
+        pass
+    return dist.default_pg_timeout
+
+
 def resolve_topology(info: GroupInfo, prefix: str, cfg: Config) -> Topology:
     """The group's topology, renumbered by group rank: from the HOCC_TOPOLOGY
     spec (which describes the world) if set, else from the ranks' hostnames,
@@ -76,6 +89,15 @@ def resolve_topology(info: GroupInfo, prefix: str, cfg: Config) -> Topology:
 _generations: Counter[str] = Counter()
 
 
+@dataclass
+class _Compiled:
+    """A cached plan, its C++ form, and whether its communicators exist."""
+
+    plan: Plan
+    native: Any
+    prepared: bool = False
+
+
 class Engine:
     def __init__(self, info: GroupInfo, device: torch.device, cfg: Config) -> None:
         self.info = info
@@ -87,86 +109,122 @@ class Engine:
         prefix = f"hocc/{key}/{_generations[key]}"
         _generations[key] += 1
         self.topology = resolve_topology(info, prefix, cfg)
-        self.subgroups = SubgroupCache(info, prefix, cfg.shm_piece_bytes, cfg.shm_wait)
-        self.executor = Executor(self.subgroups, trace=cfg.trace)
-        self.native: NcclRunner | None = None  # the C++ executor, for CUDA tensors
-        if device.type == "cuda" and (cfg.engine == "native" or (cfg.engine == "auto" and cuda_built())):
-            self.native = NcclRunner(info, device, prefix)
         self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
         self.last_plan: Plan | None = None
-        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._plans: dict[tuple[Any, ...], _Compiled] = {}
+        self._settings: tuple[Config, PlannerConfig] | None = None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
         self._lock = threading.Lock()
         self._outstanding = 0
         self._spare: torch.Tensor | None = None  # a CPU work buffer kept between calls
+        # the C++ executor: NCCL for CUDA tensors, shared memory + gloo for CPU ones
+        self.nccl: NcclRunner | None = None
+        self.comms: Communicators | None = None
+        if device.type == "cuda":
+            if cuda_built():
+                self.nccl = NcclRunner(info, device, prefix)
+                self.executor: Any = self.nccl.executor
+            else:  # degraded: only the backend's own collectives (see run())
+                self.executor = None
+                log.warning("hocc: hocc._C was built without CUDA; CUDA collectives go to %s unplanned",
+                            type(info.inner).__name__)
+        else:
+            c = load()
+            self.transport = c.GroupTransport(info.rank, info.size)
+            self.executor = c.Executor(self.transport)
+            self.comms = Communicators(info, prefix, self.transport, cfg.shm_piece_bytes, cfg.shm_wait)
+        if self.executor is not None:
+            self.executor.set_trace(cfg.trace)
 
-    def planner_config(self, cfg: Config) -> PlannerConfig:
-        ring_ops = cfg.ring_ops
-        if ring_ops is None:  # gloo's reduce-scatter / all-gather lose to a p2p ring (bench/results)
-            ring_ops = ("reduce_scatter", "all_gather") if self.device.type == "cpu" else ()
-        shm = cfg.host_transport == "shm" or (cfg.host_transport == "auto" and native_available())
-        cpu = self.device.type == "cpu"
-        host_impl = "shm" if cpu and shm else ""
-        # gloo between hosts: chunks of at most 0.1 s of NIC time keep shaped TCP links full
-        # (planner.PlannerConfig.max_chunk_bytes); on fast links the rule never binds
-        max_chunk = cfg.planner.max_chunk_bytes
-        if max_chunk is None and cpu and len(self.topology.host_groups()) > 1:
-            max_chunk = int(self.topology.links.nic.bandwidth * 0.1)
-        return replace(cfg.planner, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk)
+    # -- planning ---------------------------------------------------------------
+    def settings(self, cfg: Config) -> PlannerConfig:
+        """The planner settings this engine runs with under `cfg` (hocc.plan.policy)."""
+        if self._settings is None or self._settings[0] is not cfg:
+            host = "net" if cfg.host_transport == "net" else "shm"
+            self._settings = (cfg, planner_settings(cfg.planner, self.device.type, self.topology, host,
+                                                    cfg.ring_ops))
+        return self._settings[1]
 
-    def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Plan:
-        pcfg = self.planner_config(cfg)
+    def _compiled(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> _Compiled:
+        pcfg = self.settings(cfg)
+        if self.executor is None:
+            algo = "native"
         key = (collective, count, elem_size, algo, pcfg)
-        plan = self._plans.get(key)
-        if plan is None:
+        entry = self._plans.get(key)
+        if entry is None:
             plan = make_plan(collective, count, elem_size, self.topology, algo, pcfg)
+            entry = _Compiled(plan, to_native(plan) if self.executor is not None else None)
             if len(self._plans) > 4096:
                 self._plans.clear()
-            self._plans[key] = plan
+            self._plans[key] = entry
         if cfg.debug:
-            log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), plan.summary())
-        self.last_plan = plan
-        return plan
+            log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), entry.plan.summary())
+        return entry
 
-    def take_work(self, nbytes: int) -> torch.Tensor | None:
-        """A byte buffer for a work buffer, reused between calls on CPU: a fresh
-        large allocation costs a page fault per 4 KiB (torch's CPU allocator
-        returns big blocks to the OS), which at 8 ranks on 2 cores costs more
-        than the copies. None: let the caller allocate (CUDA has its own cache)."""
-        if self.device.type != "cpu":
-            return None
+    def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config | None = None) -> Plan:
+        """The plan a call would run (count per rank: the all_reduce tensor, the
+        all_gather input, the reduce_scatter output)."""
+        return self._compiled(collective, count, elem_size, algo, cfg or get_config()).plan
+
+    # -- running ----------------------------------------------------------------
+    def run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str = "sum",
+            algo: str | None = None, async_op: bool = False) -> Work | None:
+        """One collective, from plan to result: `inp` and `out` are checked
+        (contiguous, on this engine's device, sizes as torch.distributed
+        wants); `reduce_op` is 'sum', 'avg', 'min', 'max' or 'product'. Runs
+        after every earlier call of this engine; blocks unless async_op."""
+        cfg = get_config()
+        count = out.numel() if collective == "reduce_scatter" else inp.numel()
+        entry = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg)
+        self.last_plan = entry.plan
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op), [out], async_op)
+
+    def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> None:
+        plan = entry.plan
+        if self.executor is None:
+            _backend_call(self.info.inner, plan.collective, inp, out, reduce_op, self.size)
+            return
+        if not entry.prepared:  # collective set-up, here on the worker, in call order
+            if self.comms is not None:
+                self.comms.prepare(plan)
+            entry.prepared = True
+        nbytes = plan.layout.size * inp.element_size() if plan.work_at == "scratch" else 0
+        buf = self._take_work(nbytes, inp.device)
+        stream = self.nccl.stream() if self.nccl is not None else 0
+        self.executor.run(entry.native, inp.data_ptr(), out.data_ptr(), buf.data_ptr() if nbytes else 0,
+                          dtype_name(inp.dtype), reduce_op, stream)
+        self._give_back(buf)
+        if self.cfg.trace and self.nccl is None:
+            self._log_trace(plan)
+
+    def _take_work(self, nbytes: int, device: torch.device) -> torch.Tensor:
+        """A byte buffer, reused between calls on CPU: a fresh large allocation
+        costs a page fault per 4 KiB (torch's CPU allocator returns big blocks
+        to the OS), which at 8 ranks on 2 cores costs more than the copies.
+        On CUDA torch's caching allocator does that already."""
+        if device.type != "cpu":
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
         with self._lock:
             spare, self._spare = self._spare, None
         if spare is None or spare.numel() < nbytes:
-            spare = torch.empty(nbytes, dtype=torch.uint8)
+            spare = torch.empty(max(nbytes, 1), dtype=torch.uint8)
         return spare
 
-    def give_back_work(self, buf: torch.Tensor | None) -> None:
-        """Return a buffer from take_work (only after the run ended well: a failed
-        run's buffer may still be written by an op that is stuck)."""
-        if buf is not None:
+    def _give_back(self, buf: torch.Tensor) -> None:
+        """Keep a CPU buffer for the next call (only after a run ended well: a
+        failed run's buffer may still be written by a backend op that timed out)."""
+        if buf.device.type == "cpu":
             with self._lock:
                 if self._spare is None or self._spare.numel() < buf.numel():
                     self._spare = buf
 
-    def run_plan(self, plan: Plan, work: torch.Tensor, op_name: str, source: torch.Tensor | None = None) -> None:
-        """Carry out a (non-native) plan on this rank's work buffer (`source`: see
-        executor.reads_caller_input)."""
-        if self.native is not None:
-            self.native.run(plan, work, op_name)
-            return
-        self.executor.prepare(plan)
-        self.executor.run(plan, work, op_name, source)
-        if self.executor.trace:
-            self.log_trace(plan)
-
-    def log_trace(self, plan: Plan) -> None:
+    def _log_trace(self, plan: Plan) -> None:
         """Per-stage seconds of the plan just run (HOCC_TRACE=1), summed over chunks."""
-        per: dict[tuple[int, str, str], float] = {}
-        for stage, _, op, tier, secs in self.executor.timings:
-            per[(stage, op, tier)] = per.get((stage, op, tier), 0.0) + secs
-        self.executor.timings.clear()
-        parts = ", ".join(f"s{s} {op}@{tier} {t * 1e3:.1f} ms" for (s, op, tier), t in sorted(per.items()))
+        tiers = {s.stage: s.tier for s in plan.steps}
+        per: dict[tuple[int, str], float] = {}
+        for stage, _, op, secs in self.executor.take_timings():
+            per[(stage, op)] = per.get((stage, op), 0.0) + secs
+        parts = ", ".join(f"s{s} {op}@{tiers.get(s, '?')} {t * 1e3:.1f} ms" for (s, op), t in sorted(per.items()))
         log.warning("hocc trace rank %d: %s: %s", self.rank, plan.summary(), parts)
 
     def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
@@ -205,14 +263,36 @@ class Engine:
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
-        self.executor.close()
+        if self.comms is not None:
+            self.comms.close()
+
+
+def _backend_call(backend: Any, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
+                  size: int) -> None:
+    """The backend's own collective, for CUDA tensors when hocc._C has no CUDA
+    (AVG as SUM, then divided: not every backend has it)."""
+    wire = {"avg": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
+            "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}[reduce_op]
+    if collective == "all_reduce":
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = wire
+        backend.allreduce([inp], opts).wait()
+    elif collective == "all_gather":
+        backend._allgather_base(out.view(-1), inp.view(-1)).wait()
+    else:
+        ropts = dist.ReduceScatterOptions()
+        ropts.reduceOp = wire
+        backend._reduce_scatter_base(out.view(-1), inp.view(-1), ropts).wait()
+    if reduce_op == "avg":
+        out.div_(size)
 
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
 
 
-def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config) -> Engine:
+def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | None = None) -> Engine:
+    cfg = cfg or get_config()
     own = getattr(group, "hocc_engine", None)
     if own is not None:  # a group of the hocc backend keeps its own engines
         return own(device)  # type: ignore[no-any-return]

@@ -8,8 +8,9 @@ builds no 32-chunk plan; only the winner is built."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from hocc.plan.buffers import route_buffers
 from hocc.plan.cost import CostParams, PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
@@ -160,6 +161,4 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
         ho = build_ho_ring(collective, topo, count, preds["ho_ring"].chunks, cfg.ring_ops, cfg.host_impl)
         assert ho is not None
         plan = ho
-    plan.predicted_s = preds[pick].seconds
-    plan.reason = reason
-    return plan
+    return route_buffers(replace(plan, predicted_s=preds[pick].seconds, reason=reason))

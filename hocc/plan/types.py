@@ -19,6 +19,21 @@ through a shared-memory segment.
 Step (stage s, chunk k) may start once step (s-1, k) has ended; nothing else
 orders steps, so steps that may overlap touch disjoint regions.
 
+Buffers. A step reads `src` and writes `dst`, each one of:
+  work    the work buffer, at the group's offsets (the semantics above)
+  input   the caller's input: all_reduce and reduce_scatter read it at the
+          group's offsets (the layout is the identity there, so work and input
+          offsets agree); all_gather reads it whole as the member's segment
+  output  the caller's output: reduce_scatter writes only the member's own
+          segment, into the whole output (torch.distributed's form)
+Where the work buffer lives (`work_at`): 'scratch' (private; unpacked into the
+caller's output after every step ended, so a failed call leaves the caller's
+tensors as they were), 'output' (the caller's output itself, where the layout
+is the identity and the output is not the input: nothing to unpack), or
+'none' (no step uses it). `pack`: the caller's input is first copied into the
+work buffer by the layout. hocc.plan.buffers decides these; the executor
+follows them.
+
 The layout says how the caller's buffer maps onto the work buffer: the work
 buffer is [chunks][blocks][piece]; work[k][i] holds elements
 [k*piece, (k+1)*piece) of caller block order[i] (zero beyond block_elems).
@@ -37,6 +52,8 @@ COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
 ALGOS: tuple[str, ...] = ("native", "ring", "ho_ring")
 OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
+BUFFERS: tuple[str, ...] = ("work", "input", "output")
+WORK_AT: tuple[str, ...] = ("scratch", "output", "none")
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,8 @@ class Step:
     impl: str
     tier: str
     groups: tuple[GroupSlice, ...]
+    src: str = "work"
+    dst: str = "work"
 
     def group_of(self, rank: int) -> GroupSlice | None:
         for g in self.groups:
@@ -80,18 +99,26 @@ class Layout:
         return Layout(blocks, block_elems, 1, block_elems, tuple(range(blocks)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """Immutable once built (steps are a tuple); derive a changed copy with
+    dataclasses.replace."""
+
     collective: str
     algo: str
     world: int
     count: int
     layout: Layout
-    steps: list[Step]
+    steps: tuple[Step, ...]
     stages: int
     reason: str = ""
     predicted_s: float | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    work_at: str = "scratch"
+    pack: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
 
     @property
     def chunks(self) -> int:
@@ -108,10 +135,12 @@ class Plan:
         lay = d["layout"]
         layout = Layout(lay["blocks"], lay["block_elems"], lay["chunks"], lay["piece"], tuple(lay["order"]))
         steps = [Step(s["stage"], s["chunk"], s["op"], s["impl"], s["tier"],
-                      tuple(GroupSlice(tuple(g["ranks"]), g["offset"], g["seg"]) for g in s["groups"]))
+                      tuple(GroupSlice(tuple(g["ranks"]), g["offset"], g["seg"]) for g in s["groups"]),
+                      s.get("src", "work"), s.get("dst", "work"))
                  for s in d["steps"]]
-        return Plan(d["collective"], d["algo"], d["world"], d["count"], layout, steps, d["stages"],
-                    d.get("reason", ""), d.get("predicted_s"), d.get("meta", {}))
+        return Plan(d["collective"], d["algo"], d["world"], d["count"], layout, tuple(steps), d["stages"],
+                    d.get("reason", ""), d.get("predicted_s"), d.get("meta", {}), d.get("work_at", "scratch"),
+                    d.get("pack", True))
 
     @staticmethod
     def from_json(text: str) -> Plan:
@@ -125,8 +154,10 @@ class Plan:
     def describe(self) -> str:
         """Human-readable listing, one line per step."""
         lines = [self.summary(), f"layout: {self.layout.blocks} blocks x {self.layout.chunks} chunks "
-                 f"x {self.layout.piece} elems, order {list(self.layout.order)}"]
+                 f"x {self.layout.piece} elems, order {list(self.layout.order)}; work buffer: {self.work_at}"
+                 f"{', packed' if self.pack else ''}"]
         for s in self.steps:
             groups = " ".join(f"{list(g.ranks)}@{g.offset}+{g.seg}" for g in s.groups)
-            lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}")
+            bufs = f" {s.src}->{s.dst}" if (s.src, s.dst) != ("work", "work") else ""
+            lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}{bufs}")
         return "\n".join(lines)

@@ -31,10 +31,10 @@ import numpy as np
 from hocc.plan.cost import CostParams, PlanCost, compile_plan
 from hocc.plan.native import build_native
 from hocc.plan.planner import PlannerConfig, predict_ho_ring, price_ho_ring
+from hocc.plan.policy import CPU_RING_OPS
 from hocc.plan.ring import build_ring, ring_tier
 from hocc.topology import TIERS, Link, LinkModel, Topology, parse_spec
 
-GLOO_RING_OPS = ("reduce_scatter", "all_gather")
 ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 NATIVE_CLASSES = ("native:all_reduce", "native:reduce_scatter", "native:all_gather")
 
@@ -57,7 +57,7 @@ def planner_for(device: str, recorded: dict | None = None) -> PlannerConfig:
     """What the engine ran with: the planner settings hocc-bench recorded in
     its JSON meta ("planner"), else the defaults of files from before it did
     (gloo's ring ops on CPU, host stages on the network, no chunk cap)."""
-    cfg = PlannerConfig(ring_ops=GLOO_RING_OPS if device == "cpu" else ())
+    cfg = PlannerConfig(ring_ops=CPU_RING_OPS if device == "cpu" else ())
     if recorded:
         cfg = PlannerConfig(ring_ops=tuple(recorded.get("ring_ops", cfg.ring_ops)),
                             host_impl=recorded.get("host_impl", ""),

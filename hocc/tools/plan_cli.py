@@ -18,11 +18,12 @@ from typing import Any
 from hocc.bench.sizes import parse_size, sweep
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
+from hocc.plan.policy import device_of, planner_settings
 from hocc.plan.types import COLLECTIVES
 from hocc.topology import Topology, parse_links, parse_spec, uniform
 from hocc.topology.links import LinkModel
 
-RING_OPS = {"gloo": ("reduce_scatter", "all_gather"), "nccl": ()}
+BACKENDS = ("gloo", "nccl")
 GPU_PARAMS = CostParams(launch=20e-6, ring_step=5e-6, copy_bandwidth=1e12)
 """Assumed for --backend nccl without a calibrated file: a kernel launch 20 us,
 a ring hop's software cost 5 us, device copies at 1 TB/s."""
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for tier in ("host", "nic", "trunk"):
         g.add_argument(f"--{tier}", help=f"{tier} bandwidth, e.g. 200mbit, 25GB (overrides the spec's)")
         g.add_argument(f"--{tier}-latency", help=f"{tier} latency, e.g. 5us")
-    p.add_argument("--backend", choices=sorted(RING_OPS), default="gloo",
+    p.add_argument("--backend", choices=BACKENDS, default="gloo",
                    help="whose native collectives the plans use (gloo: HO-Ring's host stages as p2p rings, CPU "
                         "testbed costs; nccl: GPU costs, see GPU_PARAMS) unless the topology file has a cost section")
     p.add_argument("--launch", help="seconds per step launch (default: the topology file's, else the CPU testbed's)")
@@ -76,7 +77,7 @@ def planner_config(topo: Topology, backend: str, launch: str | None = None) -> P
     params = CostParams.from_dict(topo.cost) if topo.cost else GPU_PARAMS if backend == "nccl" else CostParams()
     if launch is not None:
         params = CostParams.from_dict({**params.to_dict(), "launch": float(launch)})
-    return PlannerConfig(ring_ops=RING_OPS[backend], params=params)
+    return planner_settings(PlannerConfig(params=params), device_of(backend), topo)
 
 
 def busbw_factor(op: str, world: int) -> float:

@@ -1,11 +1,11 @@
-"""`python -m hocc.native`: what the C++ executor was built with (CI prints it)."""
+"""`python -m hocc.executor`: what the C++ executor was built with (CI prints it)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from hocc.native import available, load
+from hocc.executor import available, load
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Reduction ops and dtypes: what hocc accepts, and local reductions for ring steps."""
+"""Reduction ops and dtypes: what hocc accepts, and their names for the executor."""
 
 from __future__ import annotations
 
@@ -27,23 +27,3 @@ def op_name(op: object) -> str:
             continue
     supported = ", ".join(f"ReduceOp.{n.upper()}" for n in OP_NAMES.values())
     raise ValueError(f"unsupported reduction op {op!r}; hocc supports {supported}")
-
-
-def wire_op(name: str) -> dist.ReduceOp:
-    """The op that travels between ranks: AVG is a SUM divided once at the end."""
-    return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
-            "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}[name]
-
-
-def reduce_into(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
-    """dst = dst (op) src, elementwise, in place."""
-    if name in ("sum", "avg"):
-        dst.add_(src)
-    elif name == "product":
-        dst.mul_(src)
-    elif name == "min":
-        torch.minimum(dst, src, out=dst)
-    elif name == "max":
-        torch.maximum(dst, src, out=dst)
-    else:  # pragma: no cover - names are validated before any step runs
-        raise ValueError(name)

@@ -5,13 +5,11 @@ caller's current stream (no host thread blocks, no Python in the loop)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hocc.native import require_cuda
-from hocc.native.plans import to_native
-from hocc.plan.types import Plan
+from hocc.executor import require_cuda
 
 if TYPE_CHECKING:
     from hocc.engine.engine import GroupInfo
@@ -26,10 +24,12 @@ class NcclRunner:
         uid = info.store.get(key)
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.transport = c.NcclTransport(uid, info.rank, info.size, index)
-        self.executor = c.NcclExecutor(self.transport)
+        self.executor = c.Executor(self.transport)
         self.device = device
 
-    def run(self, plan: Plan, work: torch.Tensor, op_name: str) -> None:
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        dtype = str(work.dtype).removeprefix("torch.")
-        self.executor.run(to_native(plan), work.data_ptr(), dtype, op_name, stream)
+    def stream(self) -> int:
+        """The caller's current stream, which the run is ordered on."""
+        return int(torch.cuda.current_stream(self.device).cuda_stream)
+
+    def prepare(self, plan: Any) -> None:
+        """Nothing to set up from Python: the executor splits communicators itself."""

@@ -1,13 +1,13 @@
 """Run a plan with every rank as a thread of this process (the C++ in-process
-transport): for tests on the CPU, and for all ranks on one GPU."""
+transport): for tests on the CPU, and for all ranks on one GPU. The executor
+packs, runs and unpacks, exactly as for a multi-process group."""
 
 from __future__ import annotations
 
 import torch
 
-from hocc.engine.layout import pack, unpack
-from hocc.native import load
-from hocc.native.plans import to_native
+from hocc.executor import load
+from hocc.executor.plans import dtype_name, to_native
 from hocc.plan.types import Plan
 
 
@@ -24,10 +24,9 @@ class InProcWorld:
         fail before its first step (to test that the others do not hang)."""
         if len(inputs) != self.size or len(outputs) != self.size:
             raise ValueError(f"need {self.size} inputs and outputs, got {len(inputs)} and {len(outputs)}")
-        works = [pack(plan.collective, plan.layout, x.contiguous(), r) for r, x in enumerate(inputs)]
-        dtype = str(inputs[0].dtype).removeprefix("torch.")
-        self._world.run(to_native(plan), [w.data_ptr() for w in works], dtype, op_name, fail_rank)
-        for r, (w, out) in enumerate(zip(works, outputs, strict=True)):
-            if op_name == "avg" and plan.collective != "all_gather":
-                w.div_(self.size)
-            unpack(plan.collective, plan.layout, w, out, r)
+        if not all(t.is_contiguous() for t in (*inputs, *outputs)):
+            raise ValueError("inputs and outputs must be contiguous")
+        size = plan.layout.size if plan.work_at == "scratch" else 0
+        works = [torch.empty(size, dtype=x.dtype, device=x.device) for x in inputs]
+        self._world.run(to_native(plan), [x.data_ptr() for x in inputs], [o.data_ptr() for o in outputs],
+                        [w.data_ptr() for w in works], dtype_name(inputs[0].dtype), op_name, fail_rank)

@@ -1,0 +1,75 @@
+"""The communicators a CPU engine's plans need, set up once each and handed
+to the C++ executor's GroupTransport (csrc/transport/group.h):
+
+- 'native' and 'ring' steps: a real torch.distributed ProcessGroupGloo per
+  (stage, members), built on the parent's store under a prefix unique to the
+  parent group and this engine generation (only the members take part, and
+  no global group counter has to agree across ranks); the executor calls it
+  from C++ (csrc/transport/c10d.cc). A native step over the whole group uses
+  the group's own backend.
+- 'shm' steps: a shared-memory segment per host group (hocc/engine/shm.py).
+
+Setting up is collective over each group's members, so every rank walks the
+same sorted list of (stage, members, impl): ranks that share two groups never
+wait on each other in opposite orders. Sub-groups are per stage, so one
+stage's traffic never queues behind another's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from hocc.engine.shm import attach_shm
+from hocc.executor import load
+from hocc.plan.types import Plan
+
+if TYPE_CHECKING:
+    from hocc.engine.engine import GroupInfo
+
+
+class Communicators:
+    def __init__(self, info: GroupInfo, prefix: str, transport: Any, shm_piece_bytes: int, shm_wait: str) -> None:
+        self.info, self.prefix, self.transport = info, prefix, transport
+        self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
+        self.rank = info.rank
+        self._pgs: dict[tuple[int, tuple[int, ...]], dist.ProcessGroup] = {}
+
+    def prepare(self, plan: Plan) -> None:
+        """Set up every communicator of `plan` this rank takes part in and does not have yet."""
+        wanted = sorted({(s.stage, g.ranks, s.impl) for s in plan.steps for g in s.groups
+                         if len(g.ranks) > 1 and self.rank in g.ranks})
+        c = load()
+        for stage, members, impl in wanted:
+            if self.transport.has(stage, list(members), impl):
+                continue
+            me, n = members.index(self.rank), len(members)
+            if impl == "shm":
+                comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n, self.info.timeout,
+                                  self.shm_piece_bytes, self.shm_wait)
+            else:
+                comm = c.c10d_comm(self._backend(stage, members), me, n)
+            self.transport.add(stage, list(members), impl, comm)
+
+    def _backend(self, stage: int, members: tuple[int, ...]) -> Any:
+        if members == tuple(range(self.info.size)) and stage == 0:
+            return self.info.inner  # the whole group: its own backend
+        key = (stage, members)
+        if key not in self._pgs:
+            self._pgs[key] = self._create(stage, members)
+        return self._pgs[key]
+
+    def _name(self, stage: int, members: tuple[int, ...], kind: str) -> str:
+        return f"{self.prefix}/s{stage}/{kind}/{'-'.join(map(str, members))}"
+
+    def _create(self, stage: int, members: tuple[int, ...]) -> dist.ProcessGroup:
+        if not isinstance(self.info.inner, dist.ProcessGroupGloo):
+            raise RuntimeError(f"hocc runs CPU plans over gloo sub-groups, not {type(self.info.inner).__name__}; "
+                               "use gloo under it for CPU tensors, or algo='native'")
+        store = dist.PrefixStore(self._name(stage, members, "gloo"), self.info.store)
+        return dist.ProcessGroupGloo(store, members.index(self.rank), len(members), self.info.timeout)
+
+    def close(self) -> None:
+        self.transport.clear()
+        self._pgs.clear()

@@ -1,0 +1,69 @@
+"""Which buffers a plan's steps read and write (hocc.plan.types, "Buffers"):
+decided once when the plan is built, so that skipping a copy is plan data,
+not a special case in an executor.
+
+- all_reduce / reduce_scatter whose layout is the identity (no padding, no
+  reordering): stage 0 reads the caller's input directly, so nothing is
+  packed. Results still go to the private work buffer, so a failed call
+  leaves the caller's tensors as they were (an all_reduce's output is its
+  input).
+- all_gather whose layout is the identity: the work buffer is the caller's
+  output; only this rank's own block is packed into it and nothing is
+  unpacked. A failure may leave the output part-written; the input is only
+  read.
+- native plans are one step from the caller's input to its output
+  (hocc.plan.native).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hocc.plan.types import Layout, Plan, Step
+
+
+def is_identity(collective: str, lay: Layout) -> bool:
+    """True when the work buffer holds the caller's buffer element for element."""
+    unpadded = lay.chunks * lay.piece == lay.block_elems
+    if collective == "all_reduce":
+        return unpadded
+    return unpadded and lay.chunks == 1 and lay.order == tuple(range(lay.blocks))
+
+
+def _region(s: Step, offset: int, seg: int, members: int) -> tuple[int, int]:
+    return offset, offset + (seg if s.op == "all_reduce" else members * seg)
+
+
+def stage0_reads_everything(plan: Plan) -> bool:
+    """True when, for every chunk, each rank's stage-0 steps read the chunk's
+    whole region: then nothing else needs the packed input."""
+    lay = plan.layout
+    span = lay.blocks * lay.piece
+    covered: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s in plan.steps:
+        if s.stage == 0:
+            for g in s.groups:
+                for r in g.ranks:
+                    covered.setdefault((r, s.chunk), []).append(_region(s, g.offset, g.seg, len(g.ranks)))
+    for r in range(plan.world):
+        for k in range(lay.chunks):
+            end = k * span
+            for lo, hi in sorted(covered.get((r, k), [])):
+                if lo > end:
+                    return False
+                end = max(end, hi)
+            if end < (k + 1) * span:
+                return False
+    return True
+
+
+def route_buffers(plan: Plan) -> Plan:
+    """The plan with its buffers chosen (see the module docstring)."""
+    if plan.algo == "native" or not is_identity(plan.collective, plan.layout):
+        return plan
+    if plan.collective == "all_gather":
+        return replace(plan, work_at="output")
+    if not stage0_reads_everything(plan):
+        return plan
+    steps = tuple(replace(s, src="input") if s.stage == 0 else s for s in plan.steps)
+    return replace(plan, steps=steps, pack=False)
