@@ -7,14 +7,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hocc-installed
 CSRC := $(shell find csrc -type f)
 
-.PHONY: venv build demo demo-cluster test lint clean
+.PHONY: venv build demo demo-cluster test test-fast lint clean
 
-# hocc._C builds against the venv's pybind11 and NCCL (nvidia-nccl-cu12), hence
-# --no-build-isolation; its CUDA/NCCL parts build where nvcc is on PATH.
+# hocc._C builds against the venv's torch (its headers and pybind11) and NCCL
+# (nvidia-nccl-cu12), hence --no-build-isolation; ninja compiles in parallel;
+# its CUDA/NCCL parts build where nvcc is on PATH.
 $(STAMP): pyproject.toml setup.py $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q 'setuptools>=77' wheel 'pybind11>=2.12' nvidia-nccl-cu12
+	$(PY) -m pip install -q 'setuptools>=77' wheel ninja nvidia-nccl-cu12
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
 	$(PY) -m hocc.executor
 	touch $@
@@ -34,10 +35,15 @@ demo-cluster: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hocc tests bench
+	$(VENV)/bin/mypy
 
-test: $(STAMP)
+# a minute or two: the executor matrix on the in-process transport (world
+# sizes 1-9, counts 0, 1 and primes, in and out of place, tiny chunks)
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests/test_executor_matrix.py
+
+test: $(STAMP) lint
 	$(PY) -m hocc.executor
-	$(VENV)/bin/ruff check hocc tests bench
 	$(PY) -m pytest -q tests
 
 clean:
