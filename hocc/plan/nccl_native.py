@@ -113,7 +113,7 @@ def options(collective: str, topo: Topology, count: int, elem_size: int, params:
         tree_lat = 2 * (g - 1) * lh + net_lat
         for proto, (fl, fb) in PROTOCOLS.items():
             out[f"tree/{proto}"] = params.launch + tree_lat * fl + tree_bw / fb
-    if sm.nvswitch and g > 1:  # NVLink SHARP in the host (simple protocol only)
+    if sm.nvswitch and g > 1 and params.nvls_efficiency > 0:  # NVLink SHARP (simple protocol only; H100 on)
         nvls = s / (params.nvls_efficiency * links.host.bandwidth)
         out["nvls/simple"] = params.launch + 2 * lh + net_lat + max(nvls, net_bw)
     return out
