@@ -21,7 +21,7 @@ import json
 import os
 from typing import Any
 
-from hocc.topology.links import TIERS, Link, LinkModel, parse_duration, parse_rate
+from hocc.topology.links import TIERS, Link, LinkModel, format_duration, format_rate, parse_duration, parse_rate
 from hocc.topology.model import FABRICS, Topology, from_sizes, uniform, with_nics
 
 HOST_KEYS = ("nics", "fabric")
@@ -131,3 +131,35 @@ def load_file(path: str) -> Topology:
 def save_file(topo: Topology, path: str) -> None:
     with open(path, "w") as f:
         f.write(topo.to_json() + "\n")
+
+
+def to_spec(topo: Topology) -> str | None:
+    """The compact spec of a topology whose hosts are alike (equal ranks,
+    NICs in the default blocks, one fabric), with its NIC settings and
+    links: what `parse_spec` reads back as the same model. None where only a
+    file can say it (unequal hosts, an explicit NIC map, renamed hosts...)."""
+    hosts = topo.host_infos()
+    sizes = {len(h.ranks) for h in hosts}
+    nics = {h.nics for h in hosts}
+    fabrics = {h.fabric for h in hosts}
+    if len(nics) != 1 or len(fabrics) != 1 or any(h.nic_of for h in hosts):
+        return None
+    shape = topo.shape()
+    suffix = ""
+    if len(sizes) == 1 and topo.ordered_ranks() != list(range(topo.world_size)):
+        suffix = ":scattered"
+    guess = parse_spec(shape + suffix)
+    if [h.ranks for h in guess.host_infos()] != [h.ranks for h in hosts]:
+        return None
+    items = []
+    if nics != {1}:
+        items.append(f"nics={nics.pop()}")
+    if fabrics != {"shared"}:
+        items.append(f"fabric={fabrics.pop()}")
+    for t in TIERS:
+        link, base = topo.links.tier(t), LinkModel().tier(t)
+        if link.bandwidth != base.bandwidth:
+            items.append(f"{t}={format_rate(link.bandwidth)}")
+        if link.latency != base.latency:
+            items.append(f"{t}_latency={format_duration(link.latency)}")
+    return shape + suffix + ("@" + ",".join(items) if items else "")
