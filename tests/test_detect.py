@@ -13,7 +13,7 @@ import pytest
 
 from hocc.tools.cli import main
 from hocc.topology import parse_spec
-from hocc.topology.detect import cuda, detect_local, from_host_reports, nccl_xml, nvml, nvsmi, pci, sysfs
+from hocc.topology.detect import cuda, detect_local, from_host_reports, host_report, nccl_xml, nvml, nvsmi, pci, sysfs
 
 FIX = Path(__file__).parent / "fixtures"
 SYS = FIX / "dgx_h100_sys"
@@ -161,3 +161,13 @@ def test_hocc_topo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert spec.startswith("4x8@nics=8,fabric=nvswitch") and "nic=400gbit" in spec
     assert parse_spec(str(out)).host_infos()[0].nic_names[7] == "mlx5_7"
     assert parse_spec(spec).to_dict()["links"] == parse_spec(str(out)).to_dict()["links"]
+
+
+def test_this_machine_once_per_process() -> None:
+    """On the real machine (no GPU here): a report all the same, JSON-able, made once."""
+    a, b = host_report(3), host_report(None)
+    assert a["device"] == 3 and b["device"] is None and {**a, "device": None} == b
+    a["nics"].append("changed")
+    assert host_report()["nics"] != a["nics"]  # each call a fresh copy
+    names = [a["hostname"]] * 2
+    assert from_host_reports(names, [host_report(0), host_report(1)], warn=lambda _: None).world_size == 2

@@ -16,6 +16,8 @@ matrix).
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -76,6 +78,19 @@ def detect_local(root: str | Path = "/", device: int | None = None, env: Mapping
                 report["gpu_nic"] = [names.index(matrix.nics[j]) for j in picks]
                 report["sources"]["affinity"] = "nvidia-smi"
     _note_unseen(report)
+    return report
+
+
+@functools.lru_cache(maxsize=1)
+def _this_host() -> str:
+    return json.dumps(detect_local())
+
+
+def host_report(device: int | None = None) -> dict[str, Any]:
+    """This host's report for a rank using CUDA device `device`: detected
+    once per process (it may run nvidia-smi), a fresh copy per call."""
+    report: dict[str, Any] = json.loads(_this_host())
+    report["device"] = device
     return report
 
 
