@@ -8,9 +8,9 @@ synthetic flags (thousands of ranks answer in seconds: see hocc.plan.cost).
     hocc plan calibrated.json --op all_reduce --draw plan.png
 
 With --backend nccl the links not given default to an H100 host's
-(hocc.plan.nccl_defaults: NVLink 450 GB/s per GPU into an NVSwitch, 400 Gbit/s
-NICs, NCCL-like hop latencies; the trunk non-blocking; NICs per host as
---nics-per-host says, else the spec's, else one), and `native` is what NCCL would run
+(hocc.plan.nccl_defaults: NVLink 450 GB/s per GPU into an NVSwitch, one 400
+Gbit/s NIC per GPU unless --nics-per-host or the spec says otherwise, NCCL-like
+hop latencies, the trunk non-blocking), and `native` is what NCCL would run
 (rings over all NICs, trees, NVLS: its pick is shown next to its time).
 """
 
@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--switches", type=int, default=1, help="switches the hosts spread over (default 1)")
     g.add_argument("--placement", choices=("block", "scattered"), default="block")
     g.add_argument("--nics-per-host", type=int, help="NICs per host, ranks split over them in blocks (8 on a "
-                   "rail-optimized DGX/HGX H100: one per GPU; --nic is then each NIC's rate)")
+                   "rail-optimized DGX/HGX H100: one per GPU; --nic is then each NIC's rate; default: 1, with "
+                   "--backend nccl one per rank)")
     g.add_argument("--fabric", choices=FABRICS, help="inside a host: one shared link (default) or an NVSwitch "
                    "(each rank its own --host link)")
     for tier in ("host", "nic", "trunk"):
@@ -89,6 +90,8 @@ def build_topology(a: argparse.Namespace) -> Topology:
                                                     or os.path.sep in a.topology)
     if gpu and fabric is None and not is_file and "fabric=" not in (a.topology or ""):
         fabric = "nvswitch"  # the GPU defaults' host tier is NVLink into an NVSwitch
+    if gpu and nics is None and not is_file and "nics=" not in (a.topology or ""):
+        nics = max(len(h.ranks) for h in topo.host_infos())  # rail-optimized: one NIC per GPU
     if nics is not None or fabric:
         if nics is not None and nics < 1:
             raise SystemExit(f"--nics-per-host {nics}: a host needs at least one NIC")
