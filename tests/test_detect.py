@@ -147,6 +147,12 @@ def test_topology_from_host_reports() -> None:
     assert len(lines) == 1 and "anything" in lines[0] and "dgx1" in lines[0]
     assert blind.host_infos()[1].nics == 1 and blind.host_infos()[1].fabric == "shared"
     assert blind.links.nic.bandwidth != pytest.approx(50e9)  # not every host knows its rate
+    # each rank sees only its own GPU (CUDA_VISIBLE_DEVICES=i): its report says which NIC is nearest it
+    own = [detect_local(SYS, topo_text=TOPO, hostname="dgx0", env={"CUDA_VISIBLE_DEVICES": str(i)}, device=0)
+           for i in range(8)]
+    assert all(len(r["gpus"]) == 1 for r in own)
+    alone = from_host_reports(["dgx0"] * 8, own, warn=lines.append)
+    assert [alone.nic_of(r) for r in range(8)] == list(range(8)) and len(lines) == 1
     with pytest.raises(ValueError, match="one of each per rank"):
         from_host_reports(names, reports[:3])
 

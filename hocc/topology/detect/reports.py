@@ -19,6 +19,21 @@ from hocc.topology.model import HostInfo, Topology
 log = logging.getLogger("hocc.topology")
 
 
+def _nic_of_rank(rep: dict[str, Any] | None, local: int, nics: list[dict[str, Any]]) -> int | None:
+    """The index, in the host's NIC list, of the NIC nearest the GPU this rank
+    uses: by the rank's own report (under CUDA_VISIBLE_DEVICES each rank may
+    see only its GPU, as device 0), its device defaulting to its local rank."""
+    if not rep or rep.get("gpu_nic") is None or not rep.get("nics"):
+        return None
+    device = rep.get("device")
+    device = device if isinstance(device, int) else local
+    if not 0 <= device < len(rep["gpu_nic"]):
+        return None
+    name = rep["nics"][rep["gpu_nic"][device]].get("name")
+    names = [n.get("name") for n in nics]
+    return names.index(name) if name in names else None
+
+
 def from_host_reports(hostnames: Sequence[str], reports: Sequence[dict[str, Any] | None],
                       links: LinkModel | None = None, warn: Callable[[str], None] | None = None) -> Topology:
     """Rank r runs on hostnames[r] and reported reports[r] (None: it could not
@@ -38,12 +53,11 @@ def from_host_reports(hostnames: Sequence[str], reports: Sequence[dict[str, Any]
         gpu_nic = rep.get("gpu_nic")
         nic_of: tuple[int, ...] = ()
         if nics and gpu_nic is not None:
-            devices = [reports[r].get("device") if reports[r] else None for r in ranks]
-            devices = [d if isinstance(d, int) else i for i, d in enumerate(devices)]  # default: local rank
-            if all(0 <= d < len(gpu_nic) for d in devices):
-                nic_of = tuple(int(gpu_nic[d]) for d in devices)
+            picks = [_nic_of_rank(reports[r], i, nics) for i, r in enumerate(ranks)]
+            if all(p is not None for p in picks):
+                nic_of = tuple(p for p in picks if p is not None)
             elif "GPU-to-NIC affinity" not in gaps:
-                gaps.append(f"the GPU of each rank ({len(ranks)} ranks, {len(gpu_nic)} GPUs)")
+                gaps.append("the GPU of each rank")
         count = max(1, len(nics))
         fabric = "nvswitch" if rep.get("nvswitch") else "shared"
         names = tuple(str(n.get("name", f"nic{i}")) for i, n in enumerate(nics)) if nics else ()
