@@ -87,7 +87,7 @@ def compare() -> list[str]:
         shapes.add(topo.shape())
         speeds.add(f.spec.split("nic=")[1].split(",")[0] if "nic=" in f.spec else "-")
         target = ("within 20%" if big else "within 2x") + (": yes" if ok else ": **no**")
-        lines.append(f"| {i} | {f.cluster} | {f.transport} | {f.op} | {_size(f.size)} | {f.busbw:.2f} | "
+        lines.append(f"| {i} | {f.cluster}: `{f.spec}` | {f.transport} | {f.op} | {_size(f.size)} | {f.busbw:.2f} | "
                      f"{pred:.2f} | {algo} | {ratio:.2f} | {target} | {f.source}{'; ' + f.note if f.note else ''} "
                      f"| {'' if ok else _why(f, ratio, algo)} |")
     lines += ["", f"Figures: {len(FIGURES)}; cluster shapes {sorted(shapes)}; NIC speeds {sorted(speeds - {'-'})}.",
