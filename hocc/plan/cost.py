@@ -1,11 +1,15 @@
 """Alpha-beta cost model with link sharing, read off plan data.
 
 Every group of a step is modelled as a ring over its members in the listed
-order (what gloo and NCCL run for native steps, and what hocc's ring steps
-are). Each ring edge loads the links it crosses: the source host's loopback
-(shared by all flows inside one host), the NIC out of the source host and into
-the destination host, and across switches the trunk out of and into the
-switches. All flows of concurrent steps share those links: a link carrying
+order (what gloo runs for native steps, and what hocc's ring steps are; the
+whole group's native collective under NCCL is priced by hocc.plan.nccl_native,
+as NCCL runs it). Each ring edge loads the links it crosses: inside a host,
+the host's one shared link (loopback, PCIe: fabric 'shared') or, through an
+NVSwitch, the sender's own out-link and the receiver's in-link; between hosts
+the NIC of the sending rank and the NIC of the receiving rank (a host has one
+NIC on the CPU testbed, one per GPU on rail-optimized machines: eight rails
+on eight NICs then run in parallel, eight rails on one NIC share it), and
+across switches the trunk out of and into the switches. All flows of concurrent steps share those links: a link carrying
 `B` bytes at bandwidth `b` is busy `B / b`, whoever the flows are. The
 executor runs a plan as a wavefront (tick t runs stage s of chunk t-s), so a
 tick costs its busiest link or its longest latency chain, whichever is larger,
@@ -50,7 +54,15 @@ class CostParams:
     machine_bandwidth: when every host of the job runs on one machine (the
     emulated cluster), the bytes that cross any host NIC (veth, tc, bridge)
     are all forwarded by its CPUs at this total rate (inf: real hosts). Defaults are the
-    CPU testbed's (8 ranks on 2 cores); `hocc calibrate` fits them."""
+    CPU testbed's (8 ranks on 2 cores); `hocc calibrate` fits them.
+
+    GPU clusters (hocc.plan.nccl_defaults): host_efficiency / nic_efficiency
+    are the share of a host-tier / NIC (and trunk) link's stated rate that
+    traffic gets (protocol overhead); native 'nccl' prices the whole group's
+    native collective as NCCL runs it (rings over all channels and NICs,
+    trees, NVLS: hocc.plan.nccl_native) instead of one ring in rank order
+    ('ring', gloo); nvls_efficiency is NVLink SHARP's all-reduce algorithm
+    bandwidth over the host-tier rate."""
 
     launch: float = 1.5e-3
     ring_step: float = 0.5e-3
@@ -59,6 +71,10 @@ class CostParams:
     shm_barrier: float = 0.2e-3
     op_factors: tuple[tuple[str, float], ...] = ()
     machine_bandwidth: float = math.inf
+    host_efficiency: float = 1.0
+    nic_efficiency: float = 1.0
+    native: str = "ring"
+    nvls_efficiency: float = 0.61
 
     def factor(self, cls: str) -> float:
         for k, v in self.op_factors:
@@ -77,32 +93,53 @@ class CostParams:
                              "shm_barrier": self.shm_barrier, "op_factors": dict(self.op_factors)}
         if math.isfinite(self.machine_bandwidth):
             d["machine_bandwidth"] = self.machine_bandwidth
+        base = CostParams()
+        for k in _GPU_KEYS:  # only where set: CPU testbed files stay as they were
+            if getattr(self, k) != getattr(base, k):
+                d[k] = getattr(self, k)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> CostParams:
         """Reads a topology file's 'cost' section; missing keys keep their defaults."""
         known = {"launch", "ring_step", "copy_bandwidth", "shm_bandwidth", "shm_barrier", "op_factors",
-                 "machine_bandwidth"}
+                 "machine_bandwidth", *_GPU_KEYS}
         bad = sorted(set(d) - known)
         if bad:
             raise ValueError(f"unknown cost setting(s) {bad}; expected some of {sorted(known)}")
+        native = str(d.get("native", "ring"))
+        if native not in NATIVE_MODELS:
+            raise ValueError(f"cost 'native' must be one of {NATIVE_MODELS}, got {native!r}")
         base = CostParams()
-        vals = {k: float(d[k]) for k in known - {"op_factors"} if k in d}
-        params = replace(base, **vals)
+        vals = {k: float(d[k]) for k in known - {"op_factors", "native"} if k in d}
+        params = replace(base, native=native, **vals)
         factors = d.get("op_factors") or {}
         if not isinstance(factors, dict):
             raise ValueError("cost 'op_factors' must map 'impl:op' (e.g. 'native:reduce_scatter') to a number")
         return params.with_factors({str(k): float(v) for k, v in factors.items()})
 
 
+_GPU_KEYS = ("host_efficiency", "nic_efficiency", "native", "nvls_efficiency")
+NATIVE_MODELS = ("ring", "nccl")
+
 Load = dict[tuple[str, str], float]
 
 
 class _Places:
+    """Per rank: its host, switch, the name of the NIC it sends through (the
+    host's name when the host has one NIC) and, through an NVSwitch, the name
+    of its own host-tier link (None on a shared fabric)."""
+
     def __init__(self, topo: Topology) -> None:
-        self.host = {h: info.name for info in topo.host_infos() for h in info.ranks}
-        self.switch = {h: info.switch for info in topo.host_infos() for h in info.ranks}
+        self.host: dict[int, str] = {}
+        self.switch: dict[int, str] = {}
+        self.nic: dict[int, str] = {}
+        self.own: dict[int, str | None] = {}
+        for info in topo.host_infos():
+            for r, k in zip(info.ranks, info.nic_map(), strict=True):
+                self.host[r], self.switch[r] = info.name, info.switch
+                self.nic[r] = info.name if info.nics == 1 else f"{info.name}/nic{k}"
+                self.own[r] = f"{info.name}/rank{r}" if info.fabric == "nvswitch" else None
 
 
 def places_of(topo: Topology) -> _Places:
@@ -117,8 +154,11 @@ def places_of(topo: Topology) -> _Places:
 def _edge_links(a: int, b: int, places: _Places) -> tuple[str, list[tuple[str, str]]]:
     ha, hb = places.host[a], places.host[b]
     if ha == hb:
-        return "host", [("host", ha)]
-    links = [("nic_out", ha), ("nic_in", hb)]
+        oa, ob = places.own[a], places.own[b]
+        if oa is None or ob is None:
+            return "host", [("host", ha)]
+        return "host", [("host_out", oa), ("host_in", ob)]
+    links = [("nic_out", places.nic[a]), ("nic_in", places.nic[b])]
     sa, sb = places.switch[a], places.switch[b]
     if sa != sb:
         return "trunk", [*links, ("trunk_out", sa), ("trunk_in", sb)]
@@ -241,7 +281,8 @@ class PlanCost:
         if not len(self.mult):
             return np.zeros(0)
         f = np.array([params.factor(c) for c in self.classes])
-        bw = np.array([links.host.bandwidth, links.nic.bandwidth, links.trunk.bandwidth, params.shm_bandwidth,
+        bw = np.array([links.host.bandwidth * params.host_efficiency, links.nic.bandwidth * params.nic_efficiency,
+                       links.trunk.bandwidth * params.nic_efficiency, params.shm_bandwidth,
                        params.machine_bandwidth])
         if self.links:
             link_time = (self.loads @ f) / bw[self.kinds]
@@ -329,7 +370,8 @@ def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | Non
 def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
     """The least time the shaped links allow (HO-RING.md's byte counts): over N
     > 1 hosts, each host NIC carries 2(N-1)/N * S for all-reduce, else
-    (N-1)/N * S; over M > 1 switches, each trunk carries the same with M.
+    (N-1)/N * S; over M > 1 switches, each trunk carries the same with M. A host's bytes
+    spread over its NICs.
     `nbytes` is S, the full buffer. None on a single host."""
     def factor(n: int) -> float:
         return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
@@ -337,7 +379,8 @@ def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
     hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
     if hosts < 2:
         return None
-    bound = factor(hosts) * nbytes / topo.links.nic.bandwidth
+    nics = min(h.nics for h in topo.host_infos())
+    bound = factor(hosts) * nbytes / (topo.links.nic.bandwidth * nics)
     if switches > 1:
         bound = max(bound, factor(switches) * nbytes / topo.links.trunk.bandwidth)
     return bound

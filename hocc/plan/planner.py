@@ -14,6 +14,7 @@ from hocc.plan.buffers import route_buffers
 from hocc.plan.cost import CostParams, PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
+from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.ring import build_ring, ring_tier
 from hocc.plan.types import ALGOS, COLLECTIVES, Plan
 from hocc.topology import Topology
@@ -113,9 +114,13 @@ def predict_all(collective: str, count: int, elem_size: int, topo: Topology,
                 cfg: PlannerConfig | None = None) -> dict[str, Prediction]:
     """Predicted time of every algorithm that can run (native, ring, ho_ring)."""
     cfg = cfg or PlannerConfig()
+    if cfg.params.native == "nccl":  # what NCCL itself would run (hocc.plan.nccl_native)
+        native = predict_nccl(collective, topo, count, elem_size, cfg.params)[1]
+    else:
+        native = predict(build_native(collective, topo.world_size, count, ring_tier(topo)), topo, elem_size,
+                         cfg.params)
     out = {
-        "native": Prediction("native", predict(build_native(collective, topo.world_size, count, ring_tier(topo)),
-                                               topo, elem_size, cfg.params)),
+        "native": Prediction("native", native),
         "ring": Prediction("ring", predict(build_ring(collective, topo, count), topo, elem_size, cfg.params)),
     }
     ho = predict_ho_ring(collective, topo, count, elem_size, cfg)

@@ -4,6 +4,8 @@ JSON results, and write a topology file HOCC_TOPOLOGY and `hocc plan` accept.
 
     hocc calibrate bench/results/*.json --one-machine -o calibrated.json --topology 2x4@nic=200mbit
     HOCC_TOPOLOGY=calibrated.json hocc-bench ...      # auto now plans with the fitted model
+    hocc calibrate --nccl-tests all_reduce.log all_gather.log --topology 2x8@nics=8,fabric=nvswitch,nic=400gbit \
+        -o gpu.json                                   # GPU costs from nccl-tests logs (hocc.tools.calibrate_nccl)
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "forward NIC traffic at")
     p.add_argument("--min-bytes", default="0", help="fit only rows of at least this size")
     p.add_argument("--fit-json", help="also write the fitted parameters and per-row predictions as JSON")
+    p.add_argument("--nccl-tests", action="store_true",
+                   help="the files are nccl-tests logs (all_reduce_perf, all_gather_perf, reduce_scatter_perf): "
+                        "fit the GPU costs of what NCCL runs; --topology then names the cluster they ran on")
+    p.add_argument("--op", choices=("all_reduce", "reduce_scatter", "all_gather"),
+                   help="with --nccl-tests: the collective, where a log does not say")
 
 
 def accuracy(fit: Fit, samples: list[Sample], min_bytes: int = 1 << 20) -> dict[str, tuple[int, int]]:
@@ -41,6 +48,10 @@ def accuracy(fit: Fit, samples: list[Sample], min_bytes: int = 1 << 20) -> dict[
 
 
 def run(a: argparse.Namespace) -> int:
+    if getattr(a, "nccl_tests", False):
+        from hocc.tools import calibrate_nccl
+
+        return calibrate_nccl.run(a)
     samples = [s for s in load_samples(a.results) if s.size >= parse_size(a.min_bytes)]
     fit = calibrate(samples, one_machine=a.one_machine)
     print(f"# fitted on {len(samples)} rows in {fit.iterations} iterations; rms log error {fit.rms_log:.3f}")

@@ -1,5 +1,6 @@
-"""The `hocc` command: `hocc plan` (predictions, crossovers, pictures) and
-`hocc calibrate` (fit the cost model to hocc-bench results). Neither needs
+"""The `hocc` command: `hocc plan` (predictions, crossovers, pictures),
+`hocc calibrate` (fit the cost model to hocc-bench results or nccl-tests
+logs) and `hocc topo` (what this machine's topology looks like). None needs
 ranks, torch.distributed or a GPU."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hocc.tools import calibrate_cli, plan_cli
+from hocc.tools import calibrate_cli, plan_cli, topo_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,9 +21,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     calibrate_cli.add_arguments(sub.add_parser("calibrate", help="fit the cost model to hocc-bench JSON",
                                                description=calibrate_cli.__doc__,
                                                formatter_class=argparse.RawDescriptionHelpFormatter))
+    topo_cli.add_arguments(sub.add_parser("topo", help="detect this machine's GPUs, NVLink and NICs; print a spec",
+                                          description=topo_cli.__doc__,
+                                          formatter_class=argparse.RawDescriptionHelpFormatter))
     a = p.parse_args(argv)
+    runs = {"plan": plan_cli.run, "calibrate": calibrate_cli.run, "topo": topo_cli.run}
     try:
-        return plan_cli.run(a) if a.cmd == "plan" else calibrate_cli.run(a)
+        return runs[a.cmd](a)
     except (ValueError, FileNotFoundError) as e:
         print(f"hocc {a.cmd}: {e}", file=sys.stderr)
         return 2

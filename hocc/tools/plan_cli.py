@@ -4,29 +4,38 @@ synthetic flags (thousands of ranks answer in seconds: see hocc.plan.cost).
 
     hocc plan 2x4@nic=200mbit --op all -b 64K -e 64M
     hocc plan --hosts 512 --ranks-per-host 8 --switches 8 --nic 400gbit --trunk 1600gbit --backend nccl
+    hocc plan --hosts 64 --nics-per-host 8 --fabric nvswitch --nic 400gbit --backend nccl
     hocc plan calibrated.json --op all_reduce --draw plan.png
+
+With --backend nccl the links not given default to an H100 host's
+(hocc.plan.nccl_defaults: NVLink 450 GB/s per GPU into an NVSwitch, one 400
+Gbit/s NIC per GPU unless --nics-per-host or the spec says otherwise, NCCL-like
+hop latencies, the trunk non-blocking), and `native` is what NCCL would run
+(rings over all NICs, trees, NVLS: its pick is shown next to its time).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from typing import Any
 
 from hocc.bench.sizes import parse_size, sweep
 from hocc.plan.cost import CostParams
+from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS
+from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
 from hocc.plan.types import COLLECTIVES
-from hocc.topology import Topology, parse_links, parse_spec, uniform
+from hocc.topology import FABRICS, Link, Topology, parse_links, parse_spec, uniform, with_nics
 from hocc.topology.links import LinkModel
 
 BACKENDS = ("gloo", "nccl")
-GPU_PARAMS = CostParams(launch=20e-6, ring_step=5e-6, copy_bandwidth=1e12)
-"""Assumed for --backend nccl without a calibrated file: a kernel launch 20 us,
-a ring hop's software cost 5 us, device copies at 1 TB/s."""
+GPU_PARAMS = NCCL_PARAMS
+"""Assumed for --backend nccl without a calibrated file (hocc.plan.nccl_defaults)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ranks-per-host", type=int, default=8, help="ranks (GPUs) per host (default 8)")
     g.add_argument("--switches", type=int, default=1, help="switches the hosts spread over (default 1)")
     g.add_argument("--placement", choices=("block", "scattered"), default="block")
+    g.add_argument("--nics-per-host", type=int, help="NICs per host, ranks split over them in blocks (8 on a "
+                   "rail-optimized DGX/HGX H100: one per GPU; --nic is then each NIC's rate; default: 1, with "
+                   "--backend nccl one per rank)")
+    g.add_argument("--fabric", choices=FABRICS, help="inside a host: one shared link (default) or an NVSwitch "
+                   "(each rank its own --host link)")
     for tier in ("host", "nic", "trunk"):
         g.add_argument(f"--{tier}", help=f"{tier} bandwidth, e.g. 200mbit, 25GB (overrides the spec's)")
         g.add_argument(f"--{tier}-latency", help=f"{tier} latency, e.g. 5us")
@@ -54,13 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_topology(a: argparse.Namespace) -> Topology:
-    """From a spec or file, or from --hosts etc.; link flags override."""
+    """From a spec or file, or from --hosts etc.; link and NIC flags override."""
+    gpu = getattr(a, "backend", "gloo") == "nccl"
+    base = NCCL_LINKS if gpu else None
     if a.hosts:
         if a.topology:
             raise SystemExit("give either a topology spec or --hosts, not both")
-        topo = uniform(a.hosts, a.ranks_per_host, a.switches, a.placement)
+        topo = uniform(a.hosts, a.ranks_per_host, a.switches, a.placement, links=base)
     elif a.topology:
-        topo = parse_spec(a.topology)
+        topo = parse_spec(a.topology, base)
     else:
         raise SystemExit("give a topology: a spec such as 2x4, a file, or --hosts N [--ranks-per-host G]")
     items = [f"{t}={getattr(a, t)}" for t in ("host", "nic", "trunk") if getattr(a, t)]
@@ -70,7 +86,37 @@ def build_topology(a: argparse.Namespace) -> Topology:
         cost = topo.cost
         topo = Topology(topo.host_infos(), parse_links(",".join(items), topo.links))
         topo.cost = cost
+    nics, fabric = getattr(a, "nics_per_host", None), getattr(a, "fabric", None)
+    is_file = bool(a.topology) and not a.hosts and (a.topology.endswith((".json", ".yaml", ".yml"))
+                                                    or os.path.sep in a.topology)
+    if gpu and fabric is None and not is_file and "fabric=" not in (a.topology or ""):
+        fabric = "nvswitch"  # the GPU defaults' host tier is NVLink into an NVSwitch
+    if gpu and nics is None and not is_file and "nics=" not in (a.topology or ""):
+        nics = max(len(h.ranks) for h in topo.host_infos())  # rail-optimized: one NIC per GPU
+    if nics is not None or fabric:
+        if nics is not None and nics < 1:
+            raise SystemExit(f"--nics-per-host {nics}: a host needs at least one NIC")
+        topo = with_nics(topo, nics, fabric)
+    if gpu and not a.trunk and not _names_trunk(a.topology) and len(topo.switch_groups()) > 1:
+        topo = _non_blocking_trunk(topo)
     return topo
+
+
+def _names_trunk(spec: str | None) -> bool:
+    """Whether a spec or file sets the trunk itself (files always do)."""
+    if not spec:
+        return False
+    return "trunk=" in spec or spec.endswith((".json", ".yaml", ".yml")) or os.path.sep in spec
+
+
+def _non_blocking_trunk(topo: Topology) -> Topology:
+    """GPU fabrics are built non-blocking: a switch's uplink carries all its hosts' NICs."""
+    per_switch = max(len(s) for s in topo.switch_groups())
+    nics = max(h.nics for h in topo.host_infos())
+    trunk = Link(topo.links.nic.bandwidth * nics * per_switch, topo.links.trunk.latency)
+    out = Topology(topo.host_infos(), topo.links.with_tier("trunk", trunk))
+    out.cost = topo.cost
+    return out
 
 
 def planner_config(topo: Topology, backend: str, launch: str | None = None) -> PlannerConfig:
@@ -138,7 +184,10 @@ def run(a: argparse.Namespace) -> int:
     world, elem = topo.world_size, a.elem_size
     hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
     lm: LinkModel = topo.links
-    print(f"# topology {topo.shape()}: {world} ranks, {hosts} hosts, {switches} switch(es); "
+    nics = max(h.nics for h in topo.host_infos())
+    fabric = "nvswitch" if all(h.fabric == "nvswitch" for h in topo.host_infos()) else "shared"
+    print(f"# topology {topo.shape()}: {world} ranks, {hosts} hosts, {switches} switch(es), {nics} NIC(s) "
+          f"per host, {fabric} host fabric; "
           f"host {lm.host.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.host.latency * 1e6:.3g} us, "
           f"nic {lm.nic.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.nic.latency * 1e6:.3g} us, "
           f"trunk {lm.trunk.bandwidth * 8 / 1e9:.4g} Gbit/s {lm.trunk.latency * 1e6:.3g} us; "
@@ -154,6 +203,9 @@ def run(a: argparse.Namespace) -> int:
             preds = predictions(op, size, elem, topo, cfg)
             pick = choose(preds, cfg)
             picks.append(pick)
+            nccl = ""
+            if cfg.params.native == "nccl":  # which algorithm/protocol NCCL would pick
+                nccl = predict_nccl(op, topo, per_rank_count(op, size, elem, world), elem, cfg.params)[0]
             line = f"  {_fmt_bytes(size):>10} "
             for x in algos:
                 p = preds.get(x)
@@ -163,8 +215,11 @@ def run(a: argparse.Namespace) -> int:
                 busbw = size / p.seconds * busbw_factor(op, world) / 1e9 if p.seconds else 0.0
                 k = f" K={p.chunks}" if x == "ho_ring" else ""
                 line += f"{_fmt_time(p.seconds) + k:>17} {busbw:>8.3f}"
-            print(line + f"{pick:>10}")
-            rows.append({"size": size, "auto": pick, "algos": {x: asdict(p) for x, p in preds.items()}})
+            print(line + f"{pick:>10}" + (f"  native={nccl}" if nccl else ""))
+            row = {"size": size, "auto": pick, "algos": {x: asdict(p) for x, p in preds.items()}}
+            if nccl:
+                row["nccl_algo"] = nccl
+            rows.append(row)
         cross = crossovers(op, sizes, picks, elem, topo, cfg)
         text = "; ".join(f"{a_} -> {b_} at {_fmt_bytes(s)}" for s, a_, b_ in cross) or "none in this range"
         print(f"# crossovers: {text}")

@@ -98,3 +98,25 @@ def parse_duration(value: object) -> float:
     if not m:
         raise ValueError(f"cannot parse duration {value!r}; write e.g. '20us' or '0.5ms'")
     return float(m.group(1)) * _DUR_SCALE[(m.group(2) or "s").lower()]
+
+
+def format_rate(rate: float) -> str:
+    """A rate (bytes/s) as specs write it ('400gbit', '450GB'), in a form
+    parse_rate reads back exactly (else the plain number)."""
+    bits = rate * 8
+    units = [(u, d * 8) for u, d in (("GB", 1e9), ("MB", 1e6))] if rate >= 1e11 else []  # NVLink-class: GB
+    units += [("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)]
+    for unit, div in units:
+        text = f"{round(bits / div, 3):g}{unit}"
+        if bits >= div and parse_rate(text) == rate:
+            return text
+    return repr(float(rate))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as specs write it ('8us'), read back exactly by parse_duration."""
+    for unit, div in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        text = f"{round(seconds / div, 3):g}{unit}"
+        if seconds >= div and parse_duration(text) == seconds:
+            return text
+    return repr(float(seconds))

@@ -4,6 +4,13 @@ Nodes are ("rank", r), ("host", name), ("switch", name) and ("core", "core");
 edges carry the tier ("host", "nic", "trunk") of the link they stand for. Every
 query the planner needs (host groups, rails, switch groups, host-by-host order)
 is derived from the graph, for the world or for any subset of its ranks.
+
+A host has NICs (one on the CPU testbed, one per GPU on rail-optimized
+DGX/HGX machines) and each rank sends through the NIC nearest to it (the
+rank node's "nic" attribute, an index into its host's NICs). Its ranks talk
+to each other over a 'shared' fabric (one link all of them share: loopback,
+PCIe, shared memory) or through an 'nvswitch' (each rank its own link of the
+host tier's rate into a non-blocking switch).
 This module imports neither torch nor CUDA.
 """
 
@@ -18,12 +25,44 @@ import networkx as nx
 
 from hocc.topology.links import LinkModel
 
+FABRICS = ("shared", "nvswitch")
+
 
 @dataclass(frozen=True)
 class HostInfo:
+    """A host: its ranks, and its NICs. nic_of[i] is the NIC of ranks[i]
+    (empty: the ranks split over the NICs in contiguous blocks, rank i of G on
+    NIC i * nics // G: one NIC per GPU when nics == G). nic_names, when known
+    (detection), name the NICs ('mlx5_0', ...)."""
+
     name: str
     switch: str
     ranks: tuple[int, ...]
+    nics: int = 1
+    nic_of: tuple[int, ...] = ()
+    fabric: str = "shared"
+    nic_names: tuple[str, ...] = ()
+
+    def nic_map(self) -> tuple[int, ...]:
+        """The NIC of each of `ranks`, in that order (the default map filled in)."""
+        if self.nic_of:
+            return self.nic_of
+        g = len(self.ranks)
+        return tuple(i * self.nics // g for i in range(g)) if g else ()
+
+    def check(self) -> None:
+        if not isinstance(self.nics, int) or self.nics < 1:
+            raise ValueError(f"host {self.name!r}: nics must be a whole number >= 1, got {self.nics!r}")
+        if self.fabric not in FABRICS:
+            raise ValueError(f"host {self.name!r}: unknown fabric {self.fabric!r}; use one of {FABRICS}")
+        if self.nic_of and len(self.nic_of) != len(self.ranks):
+            raise ValueError(f"host {self.name!r}: nic_of lists {len(self.nic_of)} NICs for "
+                             f"{len(self.ranks)} ranks; give one NIC index per rank, in the order of 'ranks'")
+        bad = [n for n in self.nic_of if not 0 <= n < self.nics]
+        if bad:
+            raise ValueError(f"host {self.name!r}: NIC index(es) {bad} outside 0..{self.nics - 1} ({self.nics} NICs)")
+        if self.nic_names and len(self.nic_names) != self.nics:
+            raise ValueError(f"host {self.name!r}: {len(self.nic_names)} NIC names for {self.nics} NICs")
 
 
 class Topology:
@@ -45,13 +84,15 @@ class Topology:
             self.graph.add_edge(("switch", h.switch), ("core", "core"), tier="trunk")
             if ("host", h.name) in self.graph:
                 raise ValueError(f"host {h.name!r} listed twice")
-            self.graph.add_node(("host", h.name), kind="host")
+            h.check()
+            self.graph.add_node(("host", h.name), kind="host", nics=h.nics, fabric=h.fabric,
+                                nic_names=h.nic_names)
             self.graph.add_edge(("host", h.name), ("switch", h.switch), tier="nic")
-            for r in h.ranks:
+            for r, nic in zip(h.ranks, h.nic_map(), strict=True):
                 if r in seen:
                     raise ValueError(f"rank {r} is placed on two hosts")
                 seen.add(r)
-                self.graph.add_node(("rank", r), kind="rank")
+                self.graph.add_node(("rank", r), kind="rank", nic=nic)
                 self.graph.add_edge(("rank", r), ("host", h.name), tier="host")
         if seen != set(range(len(seen))):
             missing = sorted(set(range(max(seen, default=-1) + 1)) - seen)
@@ -76,8 +117,30 @@ class Topology:
             hosts = [n[1] for n in self.graph.neighbors(("switch", sw)) if n[0] == "host"]
             for h in hosts:
                 ranks = tuple(sorted(n[1] for n in self.graph.neighbors(("host", h)) if n[0] == "rank"))
-                out.append(HostInfo(h, sw, ranks))
+                out.append(self._host_info(h, sw, ranks))
         return sorted(out, key=lambda h: (self._switch_key(h.switch), h.ranks[0]))
+
+    def _host_info(self, name: str, switch: str, ranks: tuple[int, ...],
+                   renumber: dict[int, int] | None = None) -> HostInfo:
+        """A host's info with its ranks in the given order (renumbered when asked)."""
+        attrs = self.graph.nodes[("host", name)]
+        nics = attrs.get("nics", 1)
+        nic_of = tuple(self.graph.nodes[("rank", r)].get("nic", 0) for r in ranks)
+        new = tuple(renumber[r] for r in ranks) if renumber is not None else ranks
+        default = HostInfo(name, switch, new, nics).nic_map()
+        return HostInfo(name, switch, new, nics, () if nic_of == default else nic_of,
+                        attrs.get("fabric", "shared"), tuple(attrs.get("nic_names", ())))
+
+    def nic_of(self, rank: int) -> int:
+        """The index (on its host) of the NIC rank `rank` sends through."""
+        self.host_of(rank)
+        return int(self.graph.nodes[("rank", rank)].get("nic", 0))
+
+    def nics_of(self, host: str) -> int:
+        return int(self.graph.nodes[("host", host)].get("nics", 1))
+
+    def fabric_of(self, host: str) -> str:
+        return str(self.graph.nodes[("host", host)].get("fabric", "shared"))
 
     def _switch_names(self) -> list[str]:
         return [n[1] for n in self.graph.neighbors(("core", "core"))]
@@ -137,7 +200,8 @@ class Topology:
             raise ValueError("sub-group ranks must be distinct")
         for r in ranks:
             self.host_of(r)
-        hosts = [HostInfo(h.name, h.switch, tuple(sorted(index[r] for r in h.ranks if r in index)))
+        hosts = [self._host_info(h.name, h.switch, tuple(sorted((r for r in h.ranks if r in index),
+                                                                  key=index.__getitem__)), index)
                  for h in self.host_infos()]
         sub = Topology([h for h in hosts if h.ranks], self.links)
         sub.cost = self.cost
@@ -155,10 +219,7 @@ class Topology:
 
     # -- (de)serialization ---------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "hosts": [{"name": h.name, "switch": h.switch, "ranks": list(h.ranks)} for h in self.host_infos()],
-            "links": self.links.to_dict(),
-        }
+        d: dict[str, Any] = {"hosts": [_host_dict(h) for h in self.host_infos()], "links": self.links.to_dict()}
         if self.cost:
             d["cost"] = self.cost
         return d
@@ -174,8 +235,15 @@ class Topology:
         for i, h in enumerate(d["hosts"]):
             if "ranks" not in h:
                 raise ValueError(f"host #{i} in the topology file has no 'ranks' list")
+            nics = h.get("nics", 1)
+            if isinstance(nics, list):  # NIC names
+                names, nics = tuple(str(n) for n in nics), len(nics)
+            else:
+                names, nics = (), int(nics)
             hosts.append(HostInfo(str(h.get("name", f"host{i}")), str(h.get("switch", "switch0")),
-                                  tuple(int(r) for r in h["ranks"])))
+                                  tuple(int(r) for r in h["ranks"]), nics,
+                                  tuple(int(n) for n in h.get("nic_of", ()) or ()),
+                                  str(h.get("fabric", "shared")), names))
         links = LinkModel.from_dict(d.get("links", {}) or {})
         topo = Topology(hosts, links)
         cost = d.get("cost")
@@ -192,6 +260,31 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology({self.shape()}, world={self.world_size})"
+
+
+def _host_dict(h: HostInfo) -> dict[str, Any]:
+    """A host's file entry; the NIC fields only where they differ from the
+    CPU testbed's one shared NIC (so its files stay as they were)."""
+    d: dict[str, Any] = {"name": h.name, "switch": h.switch, "ranks": list(h.ranks)}
+    if h.nics != 1 or h.nic_names:
+        d["nics"] = list(h.nic_names) if h.nic_names else h.nics
+    if h.nic_of:
+        d["nic_of"] = list(h.nic_of)
+    if h.fabric != "shared":
+        d["fabric"] = h.fabric
+    return d
+
+
+def with_nics(topo: Topology, nics: int | None = None, fabric: str | None = None) -> Topology:
+    """`topo` with every host given `nics` NICs (ranks split over them in
+    blocks) and/or the `fabric`; the links and cost section are kept."""
+    hosts = [HostInfo(h.name, h.switch, h.ranks, nics if nics is not None else h.nics,
+                      () if nics is not None else h.nic_of, fabric or h.fabric,
+                      () if nics is not None else h.nic_names)
+             for h in topo.host_infos()]
+    out = Topology(hosts, topo.links)
+    out.cost = topo.cost
+    return out
 
 
 # -- synthetic builders ------------------------------------------------------

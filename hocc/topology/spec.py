@@ -7,7 +7,12 @@ Compact forms (hosts and switches numbered in order):
   2x2x2         2 switches x 2 hosts x 2 ranks
   3+5           hosts of unequal size under one switch
 Any form may end with '@' and link settings, e.g. '2x4@nic=1gbit,host=20gbit'
-(rates as tc writes them; 'nic_latency=50us' sets a latency).
+(rates as tc writes them; 'nic_latency=50us' sets a latency), and host
+settings: 'nics=8' NICs per host (ranks split over them in blocks: one per
+GPU when nics equals the ranks per host; 'nic' is then each NIC's rate) and
+'fabric=nvswitch' (each rank its own host-tier link, as NVLink into an
+NVSwitch; default 'shared', one link all of a host's ranks share), e.g. a DGX
+H100 cluster: '4x8@nics=8,fabric=nvswitch,nic=400gbit,host=450GB'.
 """
 
 from __future__ import annotations
@@ -16,8 +21,39 @@ import json
 import os
 from typing import Any
 
-from hocc.topology.links import TIERS, Link, LinkModel, parse_duration, parse_rate
-from hocc.topology.model import Topology, from_sizes, uniform
+from hocc.topology.links import TIERS, Link, LinkModel, format_duration, format_rate, parse_duration, parse_rate
+from hocc.topology.model import FABRICS, Topology, from_sizes, uniform, with_nics
+
+HOST_KEYS = ("nics", "fabric")
+
+
+def split_host_settings(text: str) -> tuple[str, dict[str, str]]:
+    """The link settings of an '@' suffix, and its host settings (nics=, fabric=)."""
+    links, host = [], {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, _, val = (s.strip() for s in item.partition("="))
+        if key in HOST_KEYS:
+            host[key] = val
+        else:
+            links.append(item)
+    return ",".join(links), host
+
+
+def apply_host_settings(topo: Topology, host: dict[str, str]) -> Topology:
+    if not host:
+        return topo
+    nics = None
+    if "nics" in host:
+        try:
+            nics = int(host["nics"])
+        except ValueError:
+            raise ValueError(f"nics={host['nics']!r}: give the NICs per host as a number, e.g. nics=8") from None
+        if nics < 1:
+            raise ValueError(f"nics={nics}: a host needs at least one NIC")
+    fabric = host.get("fabric")
+    if fabric is not None and fabric not in FABRICS:
+        raise ValueError(f"fabric={fabric!r}: use one of {FABRICS}")
+    return with_nics(topo, nics, fabric)
 
 
 def parse_links(text: str, base: LinkModel | None = None) -> LinkModel:
@@ -43,7 +79,12 @@ def parse_spec(spec: str, links: LinkModel | None = None) -> Topology:
     if spec.endswith((".json", ".yaml", ".yml")) or os.path.sep in spec:
         return load_file(spec)
     shape, _, link_text = spec.partition("@")
+    link_text, host = split_host_settings(link_text)
     model = parse_links(link_text, links)
+    return apply_host_settings(_parse_shape(spec, shape, model), host)
+
+
+def _parse_shape(spec: str, shape: str, model: LinkModel) -> Topology:
     shape, _, placement = shape.partition(":")
     placement = placement or "block"
     try:
@@ -90,3 +131,35 @@ def load_file(path: str) -> Topology:
 def save_file(topo: Topology, path: str) -> None:
     with open(path, "w") as f:
         f.write(topo.to_json() + "\n")
+
+
+def to_spec(topo: Topology) -> str | None:
+    """The compact spec of a topology whose hosts are alike (equal ranks,
+    NICs in the default blocks, one fabric), with its NIC settings and
+    links: what `parse_spec` reads back as the same model. None where only a
+    file can say it (unequal hosts, an explicit NIC map, renamed hosts...)."""
+    hosts = topo.host_infos()
+    sizes = {len(h.ranks) for h in hosts}
+    nics = {h.nics for h in hosts}
+    fabrics = {h.fabric for h in hosts}
+    if len(nics) != 1 or len(fabrics) != 1 or any(h.nic_of for h in hosts):
+        return None
+    shape = topo.shape()
+    suffix = ""
+    if len(sizes) == 1 and topo.ordered_ranks() != list(range(topo.world_size)):
+        suffix = ":scattered"
+    guess = parse_spec(shape + suffix)
+    if [h.ranks for h in guess.host_infos()] != [h.ranks for h in hosts]:
+        return None
+    items = []
+    if nics != {1}:
+        items.append(f"nics={nics.pop()}")
+    if fabrics != {"shared"}:
+        items.append(f"fabric={fabrics.pop()}")
+    for t in TIERS:
+        link, base = topo.links.tier(t), LinkModel().tier(t)
+        if link.bandwidth != base.bandwidth:
+            items.append(f"{t}={format_rate(link.bandwidth)}")
+        if link.latency != base.latency:
+            items.append(f"{t}_latency={format_duration(link.latency)}")
+    return shape + suffix + ("@" + ",".join(items) if items else "")

@@ -1,0 +1,35 @@
+"""GPU-cluster defaults for the cost model, from public measurements (not
+from the CPU testbed): what `hocc plan --backend nccl` assumes when no
+calibrated file says otherwise. `hocc calibrate` refits all of them from
+nccl-tests logs.
+
+Efficiencies (share of a link's line rate that NCCL traffic gets):
+  NIC 0.94: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (NVIDIA,
+      github.com/NVIDIA/nccl-tests/issues/290): 47 of 50 GB/s.
+  NVLink 0.82: "450GB/s is the line rate. With the protocol overhead (~20%)
+      NCCL can get an effective NVLink bandwidth of 370GB/s" (NVIDIA,
+      github.com/NVIDIA/nccl-tests/issues/212).
+  NVLS 0.61: on 8 H100 "a peak busBw of ~480GB/s (algbw ~275GB/s)" with NVLink
+      SHARP (same thread): 275 of 450 GB/s.
+Latencies are per hop of NCCL's simple protocol (the low-latency protocols
+scale them, hocc.plan.nccl_native.PROTOCOLS), and `launch` is a call's base
+cost; their orders of magnitude follow NCCL's published small-message
+results (a few us per NVLink hop, several per network hop, ~10 us for the
+smallest all-reduce on one host) and are checked in
+bench/results/nccl-tests-compare.md.
+"""
+
+from __future__ import annotations
+
+from hocc.plan.cost import CostParams
+from hocc.topology.links import Link, LinkModel
+
+NCCL_PARAMS = CostParams(launch=8e-6, ring_step=5e-6, copy_bandwidth=1e12, host_efficiency=0.82,
+                         nic_efficiency=0.94, native="nccl", nvls_efficiency=0.61)
+"""launch: a call's base latency; ring_step: hocc's own p2p ring hop (a kernel
+per hop); copies at device memory speed (1 TB/s)."""
+
+NCCL_LINKS = LinkModel(host=Link(450e9, 2e-6), nic=Link(400e9 / 8, 8e-6), trunk=Link(400e9 / 8, 10e-6))
+"""An H100 host's NVLink (450 GB/s per GPU and direction), a 400 Gbit/s NIC,
+and a trunk hop; the trunk's rate is the caller's to set (hocc plan makes it
+non-blocking unless told)."""
