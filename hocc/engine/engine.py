@@ -8,6 +8,7 @@ collectives in the same order, which keeps sub-group traffic matched)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import threading
@@ -27,10 +28,12 @@ from hocc.engine.work import Work
 from hocc.executor import cuda_built, load
 from hocc.executor.nccl import NcclRunner
 from hocc.executor.plans import dtype_name, to_native
+from hocc.plan.nccl_defaults import NCCL_LINKS
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
 from hocc.topology import Topology, from_hostnames, parse_spec
+from hocc.topology.detect import from_host_reports, host_report
 
 log = logging.getLogger("hocc")
 
@@ -66,10 +69,12 @@ def group_timeout(group: dist.ProcessGroup, device: torch.device) -> timedelta:
     return dist.default_pg_timeout
 
 
-def resolve_topology(info: GroupInfo, prefix: str, cfg: Config) -> Topology:
+def resolve_topology(info: GroupInfo, prefix: str, cfg: Config, device: torch.device | None = None) -> Topology:
     """The group's topology, renumbered by group rank: from the HOCC_TOPOLOGY
-    spec (which describes the world) if set, else from the ranks' hostnames,
-    exchanged through the store (no collective, so it works inside a backend)."""
+    spec (which describes the world) if set, else from what each rank sees of
+    its host, exchanged through the store (no collective, so it works inside
+    a backend): its hostname, and on CUDA its GPUs, NVLink and NICs
+    (hocc.topology.detect; what cannot be seen falls back to hostnames)."""
     if cfg.topology:
         world = parse_spec(cfg.topology)
         # while the hocc backend builds the default group, that group is the world
@@ -78,6 +83,12 @@ def resolve_topology(info: GroupInfo, prefix: str, cfg: Config) -> Topology:
             raise ValueError(f"HOCC_TOPOLOGY={cfg.topology!r} describes {world.world_size} ranks but the world "
                              f"has {job}; give a spec with that many ranks")
         return world.restrict(info.global_ranks)
+    if device is not None and device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        info.store.set(f"{prefix}/host/{info.rank}", json.dumps(host_report(index)))
+        reps = [json.loads(info.store.get(f"{prefix}/host/{r}")) for r in range(info.size)]
+        return from_host_reports([r["hostname"] for r in reps], reps, NCCL_LINKS,
+                                 warn=log.warning if info.rank == 0 else (lambda _: None))
     info.store.set(f"{prefix}/host/{info.rank}", socket.gethostname())
     names = [info.store.get(f"{prefix}/host/{r}").decode() for r in range(info.size)]
     return from_hostnames(names)
@@ -108,7 +119,7 @@ class Engine:
         key = f"{info.name}/{device.type}"
         prefix = f"hocc/{key}/{_generations[key]}"
         _generations[key] += 1
-        self.topology = resolve_topology(info, prefix, cfg)
+        self.topology = resolve_topology(info, prefix, cfg, device)
         self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
         self.last_plan: Plan | None = None
         self._plans: dict[tuple[Any, ...], _Compiled] = {}

@@ -8,6 +8,8 @@ predicted is what runs.
   NCCL's collectives are the best there is, so none on CUDA.
 - host_impl: CPU ranks of one host meet in shared memory ('shm') unless told
   to use the network ('net').
+- params: on CUDA, NCCL's costs (hocc.plan.nccl_defaults) unless a calibrated
+  file gave others; on CPU, the CPU testbed's defaults.
 - max_chunk_bytes: between hosts over gloo, chunks of at most 0.1 s of NIC
   time keep shaped TCP links full (PlannerConfig.max_chunk_bytes); on fast
   links the rule never binds.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hocc.plan.cost import CostParams
+from hocc.plan.nccl_defaults import NCCL_PARAMS
 from hocc.plan.planner import PlannerConfig
 from hocc.topology import Topology
 
@@ -37,7 +41,8 @@ def planner_settings(base: PlannerConfig, device: str, topo: Topology, host_tran
     max_chunk = base.max_chunk_bytes
     if max_chunk is None and cpu and len(topo.host_groups()) > 1:
         max_chunk = int(topo.links.nic.bandwidth * 0.1)
-    return replace(base, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk)
+    params = NCCL_PARAMS if not cpu and base.params == CostParams() else base.params
+    return replace(base, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk, params=params)
 
 
 def device_of(backend: str) -> str:
