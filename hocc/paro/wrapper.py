@@ -139,14 +139,14 @@ class ParoDP(nn.Module):
     def _all_gather(self, out: torch.Tensor, inp: torch.Tensor, where: str, when: str, state: str) -> None:
         self.trace.append(("all_gather", where, when, state, inp.numel()))
         if self.comm == "torch":
-            dist.all_gather_into_tensor(out, inp, group=self._group(where))
+            dist.all_gather_single(out, inp, group=self._group(where))
         else:
             hocc.all_gather_into_tensor(out, inp, group=self._group(where), algo=self.algo)
 
     def _reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, where: str, when: str, state: str) -> None:
         self.trace.append(("reduce_scatter", where, when, state, inp.numel()))
         if self.comm == "torch":
-            dist.reduce_scatter_tensor(out, inp, group=self._group(where))
+            dist.reduce_scatter_single(out, inp, group=self._group(where))
         else:
             hocc.reduce_scatter_tensor(out, inp, group=self._group(where), algo=self.algo)
 
