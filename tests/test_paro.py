@@ -93,6 +93,33 @@ def _train_all(rank: int, world: int) -> None:
             assert dp.trace == _expected_trace(strat.name, dp.numel, world, hosts), (strat, dp.trace[:8])
         dist.barrier()
     _mixed_precision(rank, world, want, groups)
+    _other_intra_groups(rank, world, want)
+
+
+def _train(dp: object, rank: int) -> torch.Tensor:
+    batches = _batches(rank)
+    for s in range(STEPS):
+        for m in range(ACCUM):
+            x, y = batches[s * ACCUM + m]
+            dp.backward(nn.functional.mse_loss(dp(x), y))  # type: ignore[operator, attr-defined]
+        dp.step()  # type: ignore[attr-defined]
+    return dp.full_parameters()  # type: ignore[attr-defined, no-any-return]
+
+
+def _other_intra_groups(rank: int, world: int, want: torch.Tensor) -> None:
+    """Intra-groups that are not hocc's hosts: explicit strided rank lists, and
+    a dimension of a 2-D DeviceMesh (here its columns: groups of 2)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hocc.paro import ParoDP
+
+    dp = ParoDP(_model(), "IIG", OPTIMIZERS["adamw"], intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
+    assert dp.groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert torch.allclose(_train(dp, rank), want, rtol=1e-4, atol=1e-5), "strided intra-groups"
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("a", "b"))
+    dp = ParoDP(_model(), "NIG", OPTIMIZERS["adamw"], mesh=mesh, mesh_dim="a")
+    assert dp.groups.hosts == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert torch.allclose(_train(dp, rank), want, rtol=1e-4, atol=1e-5), "mesh dimension as intra-group"
 
 
 def _mixed_precision(rank: int, world: int, want: torch.Tensor, groups: object) -> None:
