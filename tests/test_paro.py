@@ -113,7 +113,12 @@ def _other_intra_groups(rank: int, world: int, want: torch.Tensor) -> None:
 
     from hocc.paro import ParoDP
 
+    with pytest.raises(ValueError, match="equal size"):  # refused before any group is made
+        ParoDP(_model(), "IIG", OPTIMIZERS["adamw"], intra_groups=[[0, 1, 2], [3, 4, 5, 6, 7]])
+    with pytest.raises(ValueError, match="sharded less than gradients"):
+        ParoDP(_model(), "IGI", OPTIMIZERS["adamw"])
     dp = ParoDP(_model(), "IIG", OPTIMIZERS["adamw"], intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
+    assert {id(p) for p in dp.parameters()} == {id(p) for p in dp.module.parameters()}
     assert dp.groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]
     assert torch.allclose(_train(dp, rank), want, rtol=1e-4, atol=1e-5), "strided intra-groups"
     mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("a", "b"))

@@ -48,6 +48,8 @@ def _alloc(t: torch.Tensor) -> None:
 
 
 class ParoDP(nn.Module):
+    master: nn.Parameter  # the optimizer's flat fp32 shard at the optimizer-state scope
+
     def __init__(self, module: nn.Module, strategy: str | Strategy, optimizer: OptimizerFactory, *,
                  intra_groups: Sequence[Sequence[int]] | None = None, mesh: Any = None,
                  mesh_dim: str | int = -1, groups: Groups | None = None,
@@ -93,7 +95,8 @@ class ParoDP(nn.Module):
             off += n
         s = self.strategy
         self.param_shard = self.full if s.params == "N" else self._to_scope(self.full, s.params).clone()
-        self.master = nn.Parameter(self._to_scope(full32, s.optim).clone())
+        # the optimizer's own fp32 shard: not registered, so dp.parameters() are the model's
+        object.__setattr__(self, "master", nn.Parameter(self._to_scope(full32, s.optim).clone()))
         self.optimizer = optimizer([self.master])
         self.grad_acc = None if s.grads == "N" else torch.zeros(self._scope_elems(s.grads), dtype=dtype)
         del full32
