@@ -130,7 +130,8 @@ class Cluster:
         for br in self.bridges:
             sh("ip", "link", "del", br, check=False)
 
-    def launch(self, bench_args: list[str], python: str, port: int) -> list[subprocess.Popen[bytes]]:
+    def launch(self, bench_args: list[str], python: str, port: int,
+               script: str | None = None) -> list[subprocess.Popen[bytes]]:
         sc = self.sc
         master = "127.0.0.1" if sc.hosts == 1 else f"{SUBNET}.{sc.host_of(0) + 1}"
         procs = []
@@ -141,8 +142,8 @@ class Cluster:
                        MASTER_ADDR=master, MASTER_PORT=str(port),
                        HOCC_TOPOLOGY=sc.spec(self.rate, self.trunk), PYTHONUNBUFFERED="1")
             env["GLOO_SOCKET_IFNAME"] = "lo" if sc.hosts == 1 else f"{PREFIX}-v{h}"
-            cmd = ["ip", "netns", "exec", self.namespaces[h], python, "-m", "hocc.bench", "--device", "cpu",
-                   *bench_args]
+            prog = [script] if script else ["-m", "hocc.bench", "--device", "cpu"]
+            cmd = ["ip", "netns", "exec", self.namespaces[h], python, *prog, *bench_args]
             quiet = r != 0
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None,
                                           stderr=subprocess.DEVNULL if quiet else None, start_new_session=True))
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=29650)
     p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
     p.add_argument("--cleanup", action="store_true", help="remove leftovers of a crashed run and exit")
+    p.add_argument("--script", help="run this Python script on every rank instead of hocc-bench (torchrun's "
+                                    "environment: RANK, WORLD_SIZE, MASTER_ADDR, ...); arguments after --")
     a = p.parse_args(argv)
     ensure_tools()
     if a.cleanup:
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# scenario {sc.name}: {sc.hosts} hosts x {sc.ranks_per_host} ranks, {sc.switches} switch(es), "
               f"NIC {a.rate}" + (f", trunk {a.trunk_rate}" if sc.switches > 1 else "")
               + f"; HOCC_TOPOLOGY={sc.spec(a.rate, a.trunk_rate)}", flush=True)
-        procs = cluster.launch(bench_args, a.python, a.port)
+        procs = cluster.launch(bench_args, a.python, a.port, a.script)
         deadline = time.monotonic() + a.timeout
         while any(pr.poll() is None for pr in procs):
             if any(pr.poll() not in (None, 0) for pr in procs):

@@ -1,7 +1,8 @@
 """The `hocc` command: `hocc plan` (predictions, crossovers, pictures),
 `hocc calibrate` (fit the cost model to hocc-bench results or nccl-tests
-logs) and `hocc topo` (what this machine's topology looks like). None needs
-ranks, torch.distributed or a GPU."""
+logs), `hocc topo` (what this machine's topology looks like) and `hocc paro`
+(PaRO-DP: which sharding strategy to train with). None needs ranks,
+torch.distributed or a GPU."""
 
 from __future__ import annotations
 
@@ -9,25 +10,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hocc.tools import calibrate_cli, plan_cli, topo_cli
+from hocc.tools import calibrate_cli, paro_cli, plan_cli, topo_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hocc", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    plan_cli.add_arguments(sub.add_parser("plan", help="predict each algorithm's time; auto's picks; --draw",
-                                          description=plan_cli.__doc__,
-                                          formatter_class=argparse.RawDescriptionHelpFormatter))
-    calibrate_cli.add_arguments(sub.add_parser("calibrate", help="fit the cost model to hocc-bench JSON",
-                                               description=calibrate_cli.__doc__,
-                                               formatter_class=argparse.RawDescriptionHelpFormatter))
-    topo_cli.add_arguments(sub.add_parser("topo", help="detect this machine's GPUs, NVLink and NICs; print a spec",
-                                          description=topo_cli.__doc__,
-                                          formatter_class=argparse.RawDescriptionHelpFormatter))
+    commands = (("plan", plan_cli, "predict each algorithm's time; auto's picks; --draw"),
+                ("calibrate", calibrate_cli, "fit the cost model to hocc-bench JSON or nccl-tests logs"),
+                ("topo", topo_cli, "detect this machine's GPUs, NVLink and NICs; print a spec"),
+                ("paro", paro_cli, "PaRO-DP: advise a sharding strategy"))
+    for name, mod, help_text in commands:
+        mod.add_arguments(sub.add_parser(name, help=help_text, description=mod.__doc__,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter))
     a = p.parse_args(argv)
-    runs = {"plan": plan_cli.run, "calibrate": calibrate_cli.run, "topo": topo_cli.run}
+    runs = {name: mod.run for name, mod, _ in commands}
     try:
-        return runs[a.cmd](a)
+        return int(runs[a.cmd](a))
     except (ValueError, FileNotFoundError) as e:
         print(f"hocc {a.cmd}: {e}", file=sys.stderr)
         return 2

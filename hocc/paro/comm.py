@@ -1,0 +1,148 @@
+"""Communication of each PaRO strategy per optimizer step, per tier, priced
+with hocc's planner (no torch).
+
+Each collective of `Strategy.schedule()` is priced the way hocc would run it:
+`predict_all` + `choose` (auto's pick) on the topology of its group
+(a host, a rail, or the world, renumbered by `Topology.restrict`). All hosts
+run their host collectives at once on separate links; all G rails run theirs
+at once through the same host NICs, so a rail is priced on its own topology
+with the NIC (and trunk, and the emulation's machine) bandwidth divided by G.
+
+Bytes and rounds per rank per tier are the hierarchical ring volumes (what
+HO-Ring moves; a flat native ring over the world moves more across hosts):
+reduce-scatter / all-gather over n members of c elements each way: (n-1) c
+per rank in n-1 rounds; all-reduce of S: 2 (n-1)/n S in 2 (n-1) rounds; a
+world collective is an intra-host stage plus a rail stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hocc.paro.memory import scope_elems
+from hocc.paro.strategy import Collective, Strategy, parse
+from hocc.plan.cost import CostParams
+from hocc.plan.planner import PlannerConfig, choose, predict_all
+from hocc.topology import Link, Topology
+
+RING_OPS = {"gloo": ("reduce_scatter", "all_gather"), "nccl": ()}
+GPU_PARAMS = CostParams(launch=20e-6, ring_step=5e-6, copy_bandwidth=1e12)
+"""As `hocc plan --backend nccl` assumes without a calibrated file."""
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One collective of the schedule: the planner's count (elements per rank,
+    as hocc's calls take it), its pick and predicted seconds, and per-rank
+    bytes and rounds on the intra- (host) and inter-group (NIC) tiers."""
+
+    coll: Collective
+    count: int
+    algo: str
+    seconds: float
+    intra_bytes: float
+    inter_bytes: float
+    intra_rounds: int
+    inter_rounds: int
+
+
+@dataclass
+class StepComm:
+    strategy: str
+    accum: int
+    items: list[Priced] = field(default_factory=list)
+
+    def _sum(self, when: str, attr: str) -> float:
+        return float(sum(getattr(p, attr) for p in self.items if p.coll.when == when))
+
+    def per(self, when: str) -> dict[str, float]:
+        """Totals of one micro-step ('micro') or of the once-per-step part ('step')."""
+        return {k: self._sum(when, k) for k in ("seconds", "intra_bytes", "inter_bytes", "intra_rounds",
+                                               "inter_rounds")} | {"calls": float(sum(
+                                                   1 for p in self.items if p.coll.when == when))}
+
+    def total(self, key: str = "seconds") -> float:
+        """Per optimizer step: accum micro-steps plus the step's own part."""
+        return self.accum * self.per("micro")[key] + self.per("step")[key]
+
+
+def planner_config(topo: Topology, backend: str) -> PlannerConfig:
+    """What hocc's engine plans with on this backend (hocc/engine/engine.py):
+    gloo: p2p rings for reduce-scatter / all-gather stages, shared memory for
+    host stages, chunks of at most 0.1 s of NIC time between hosts."""
+    if backend not in RING_OPS:
+        raise ValueError(f"backend must be one of {sorted(RING_OPS)}, got {backend!r}")
+    params = CostParams.from_dict(topo.cost) if topo.cost else GPU_PARAMS if backend == "nccl" else CostParams()
+    cpu = backend == "gloo"
+    return PlannerConfig(ring_ops=RING_OPS[backend], host_impl="shm" if cpu else "", params=params,
+                         max_chunk_bytes=int(topo.links.nic.bandwidth * 0.1) if cpu else None)
+
+
+def _shared(topo: Topology, ways: int, cfg: PlannerConfig) -> tuple[Topology, PlannerConfig]:
+    """`topo` with the NIC, trunk and machine bandwidth split `ways` ways."""
+    links = topo.links
+    for tier in ("nic", "trunk"):
+        old = links.tier(tier)
+        links = links.with_tier(tier, Link(old.bandwidth / ways, old.latency))
+    shared = Topology(topo.host_infos(), links)
+    shared.cost = topo.cost
+    params = cfg.params
+    if math.isfinite(params.machine_bandwidth):
+        params = replace(params, machine_bandwidth=params.machine_bandwidth / ways)
+    return shared, replace(cfg, params=params,
+                           max_chunk_bytes=int(links.nic.bandwidth * 0.1) if cfg.max_chunk_bytes else None)
+
+
+def _volumes(op: str, n: int, count: int) -> tuple[float, int]:
+    """Elements a rank sends and rounds, for a ring over n members."""
+    if n < 2:
+        return 0.0, 0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n * count, 2 * (n - 1)
+    return float((n - 1) * count), n - 1
+
+
+def _count(c: Collective, numel: int, world: int, group: int) -> int:
+    """hocc's count for the call: all_reduce its tensor, reduce_scatter its
+    output, all_gather its input."""
+    return scope_elems(c.dst if c.op == "reduce_scatter" else c.src, numel, world, group)
+
+
+def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: int = 1, elem_size: int = 2,
+                  backend: str = "gloo") -> StepComm:
+    """Every collective of one optimizer step of `strategy` on `topo` (the
+    intra-group is the host), priced; elem_size: bytes of a parameter and a
+    gradient element on the wire (2 for bf16)."""
+    if accum < 1:
+        raise ValueError(f"accum (micro-steps per optimizer step) must be at least 1, got {accum}")
+    s = parse(strategy)
+    hosts = topo.host_groups()
+    if len({len(h) for h in hosts}) != 1:
+        raise ValueError(f"PaRO's I scope needs hosts of equal size; topology {topo.shape()} is not")
+    world, group, n_hosts = topo.world_size, len(hosts[0]), len(hosts)
+    cfg = planner_config(topo, backend)
+    rail_topo, rail_cfg = _shared(topo.restrict(topo.rails()[0]), group, cfg)
+    where = {"host": (topo.restrict(hosts[0]), cfg), "rail": (rail_topo, rail_cfg), "world": (topo, cfg)}
+    out = StepComm(s.name, accum)
+    for c in s.schedule():
+        count = _count(c, numel, world, group)
+        sub, scfg = where[c.where]
+        preds = predict_all(c.op, count, elem_size, sub, scfg)
+        pick = choose(preds, scfg)
+        if c.where == "host":
+            intra, ir = _volumes(c.op, group, count)
+            inter, er = 0.0, 0
+        elif c.where == "rail":
+            intra, ir = 0.0, 0
+            inter, er = _volumes(c.op, n_hosts, count)
+        else:  # hierarchical: host stage on the whole buffer, rail stage on a host's share
+            if c.op == "all_reduce":
+                intra, ir = _volumes("reduce_scatter", group, count // group)
+                intra, ir = 2 * intra, 2 * ir
+                inter, er = _volumes("all_reduce", n_hosts, count // group)
+            else:
+                intra, ir = _volumes(c.op, group, count * n_hosts)
+                inter, er = _volumes(c.op, n_hosts, count)
+        out.items.append(Priced(c, count, pick, preds[pick].seconds, intra * elem_size, inter * elem_size, ir, er))
+    return out

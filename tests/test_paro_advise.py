@@ -1,0 +1,85 @@
+"""The PaRO guideline without ranks: the memory model's arithmetic, the
+communication model's volumes and its pricing by hocc's planner, the ranking,
+and `hocc paro advise`."""
+
+from __future__ import annotations
+
+import pytest
+
+from hocc.paro import all_strategies
+from hocc.paro.advisor import evaluate
+from hocc.paro.comm import comm_per_step, planner_config
+from hocc.paro.memory import StateBytes, memory_per_rank
+from hocc.plan.planner import choose, predict_all
+from hocc.tools.cli import main
+from hocc.tools.paro_cli import parse_memory
+from hocc.topology import parse_spec
+
+P = 7_000_000_000  # a multiple of 8: no padding
+
+
+def test_memory_model_arithmetic() -> None:
+    m = memory_per_rank("NIG", P, 8, 4)
+    assert (m.params, m.grads, m.optim) == (2 * P, 2 * P // 4, 12 * P // 8)
+    assert memory_per_rank("GGG", P, 8, 4).total == 16 * P // 8
+    assert memory_per_rank("NNN", P, 8, 4).total == 16 * P
+    assert memory_per_rank("III", P, 8, 4, StateBytes(4, 4, 8)).total == 16 * P // 4
+    assert memory_per_rank("GGG", 13, 8, 4).params == 2 * 2  # 13 elements: blocks of 2
+
+
+def test_volumes_per_tier() -> None:
+    topo = parse_spec("2x4@nic=200mbit")
+    es, blk, accum = 2, P // 8, 4
+    iig = comm_per_step("IIG", P, topo, accum, es)
+    # between hosts only once per step: a rail reduce-scatter and a rail all-gather of one block each
+    assert iig.per("micro")["inter_bytes"] == 0
+    assert iig.per("step")["inter_bytes"] == 2 * (2 - 1) * blk * es
+    assert iig.total("inter_rounds") == 2
+    # inside the host, per micro-step: all-gather of the I shard (2 blocks) and reduce-scatter to it
+    assert iig.per("micro")["intra_bytes"] == 2 * 3 * 2 * blk * es
+    ggg = comm_per_step("GGG", P, topo, accum, es)
+    assert ggg.per("micro")["inter_bytes"] == 2 * blk * es  # world all-gather + reduce-scatter, rail stage
+    assert ggg.total("inter_bytes") == accum * 2 * blk * es
+    assert comm_per_step("NNN", P, topo, accum, es).total("inter_bytes") == pytest.approx(2 * 0.5 * P / 4 * es)
+
+
+def test_priced_by_the_planner() -> None:
+    """World collectives carry the planner's own prediction; rails run all
+    four at once through one NIC, so each costs more than a lone rail."""
+    topo = parse_spec("2x4@nic=200mbit")
+    ggg = comm_per_step("GGG", 8 << 20, topo, 1, 4)
+    ag = ggg.items[0]
+    cfg = planner_config(topo, "gloo")
+    preds = predict_all("all_gather", ag.count, 4, topo, cfg)
+    assert ag.algo == choose(preds, cfg) and ag.seconds == preds[ag.algo].seconds
+    rs = next(p for p in comm_per_step("IIG", 8 << 20, topo, 1, 4).items if p.coll.where == "rail")
+    lone = topo.restrict(topo.rails()[0])
+    lone_preds = predict_all("reduce_scatter", rs.count, 4, lone, planner_config(lone, "gloo"))
+    assert rs.seconds > 2 * min(p.seconds for p in lone_preds.values())
+
+
+def test_ranking_follows_the_paper() -> None:
+    """Memory too tight for full replicas: a partially redundant strategy
+    beats ZeRO-3 (GGG) on slow NICs, and its edge grows with accumulation."""
+    topo = parse_spec("2x4@nic=200mbit")
+    budget = 5 * P  # bytes per rank: rules out N parameters (14 GB) with unsharded gradients
+    opts = evaluate(P // 1000, topo, accum=8, memory_budget=budget / 1000)
+    fitting = [o.strategy for o in opts if o.fits]
+    assert "NNN" not in fitting and "GGG" in fitting
+    assert fitting.index("GGG") > 0 and fitting[0] in ("IIG", "NIG", "ING", "III", "IGG", "GIG")
+    edge = [next(o for o in evaluate(P // 1000, topo, accum=a) if o.strategy == "GGG").seconds
+            / next(o for o in evaluate(P // 1000, topo, accum=a) if o.strategy == "IIG").seconds for a in (1, 8)]
+    assert edge[1] > edge[0]
+    assert len(evaluate(1000, topo)) == len(all_strategies())
+
+
+def test_advise_cli(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+    assert main(["paro", "advise", "--params", "7e9", "--topology", "2x4@nic=200mbit", "--memory", "80GB",
+                 "--accum", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "wins:" in out and "| 1 |" in out and "NNN" in out
+    assert main(["paro", "advise", "--params", "7e9", "--topology", "2x4", "--memory", "eighty"]) == 2
+    assert "cannot parse memory" in capsys.readouterr().err
+    assert main(["paro", "advise", "--params", "7e9", "--topology", "2x4", "--strategies", "NGN"]) == 2
+    assert "gradients it does not hold" in capsys.readouterr().err
+    assert parse_memory("80GB") == 80e9 and parse_memory("1GiB") == 2 ** 30 and parse_memory("8e10") == 8e10
