@@ -34,7 +34,7 @@ demo-cluster: $(STAMP)
 	$(VENV)/bin/python bench/cluster.py 2x4 -- -b 1M -e 64M -f 4 -n 5 -w 2 -c 1 --algo native,ho_ring,auto
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check hocc tests bench
+	$(VENV)/bin/ruff check hocc tests bench examples
 	$(VENV)/bin/mypy
 
 # a minute or two: the executor matrix on the in-process transport (world

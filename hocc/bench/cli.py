@@ -106,7 +106,9 @@ def _planner_settings(device: str) -> dict[str, Any]:
     """The engine's planner settings for the world group (so `hocc calibrate`
     prices the plans that really ran: ring ops, host transport, chunk cap)."""
     cfg = get_config()
-    return settings_meta(get_engine(dist.group.WORLD, torch.device(device), cfg).settings(cfg))
+    world = dist.group.WORLD
+    assert world is not None
+    return settings_meta(get_engine(world, torch.device(device), cfg).settings(cfg))
 
 
 def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, device: str) -> None:

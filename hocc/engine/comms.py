@@ -34,7 +34,7 @@ class Communicators:
         self.info, self.prefix, self.transport = info, prefix, transport
         self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
         self.rank = info.rank
-        self._pgs: dict[tuple[int, tuple[int, ...]], dist.ProcessGroup] = {}
+        self._pgs: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     def prepare(self, plan: Plan) -> None:
         """Set up every communicator of `plan` this rank takes part in and does not have yet."""
@@ -63,7 +63,7 @@ class Communicators:
     def _name(self, stage: int, members: tuple[int, ...], kind: str) -> str:
         return f"{self.prefix}/s{stage}/{kind}/{'-'.join(map(str, members))}"
 
-    def _create(self, stage: int, members: tuple[int, ...]) -> dist.ProcessGroup:
+    def _create(self, stage: int, members: tuple[int, ...]) -> Any:
         if not isinstance(self.info.inner, dist.ProcessGroupGloo):
             raise RuntimeError(f"hocc runs CPU plans over gloo sub-groups, not {type(self.info.inner).__name__}; "
                                "use gloo under it for CPU tensors, or algo='native'")

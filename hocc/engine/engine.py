@@ -282,7 +282,7 @@ def _backend_call(backend: Any, collective: str, inp: torch.Tensor, out: torch.T
                   size: int) -> None:
     """The backend's own collective, for CUDA tensors when hocc._C has no CUDA
     (AVG as SUM, then divided: not every backend has it)."""
-    wire = {"avg": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
+    wire: Any = {"avg": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
             "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}[reduce_op]
     if collective == "all_reduce":
         opts = dist.AllreduceOptions()
@@ -306,7 +306,7 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
     cfg = cfg or get_config()
     own = getattr(group, "hocc_engine", None)
     if own is not None:  # a group of the hocc backend keeps its own engines
-        return own(device)  # type: ignore[no-any-return]
+        return own(device)
     key = (id(group), device.type)
     with _engines_lock:
         eng = _engines.get(key)

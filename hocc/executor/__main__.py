@@ -12,16 +12,17 @@ def main() -> int:
     if not available():
         load()  # raises with the build hint
     c = load()
-    print(f"hocc._C: {c.__file__}")
+    path = str(c.__file__)
+    print(f"hocc._C: {path}")
     if not c.cuda_built():
         print("hocc._C: CPU parts only (no CUDA kernels, no NCCL transport)")
         return 0
     print(f"hocc._C: CUDA kernels and NCCL transport built; NCCL {c.nccl_version()}")
-    linked = subprocess.run(["ldd", c.__file__], capture_output=True, text=True, check=False).stdout
+    linked = subprocess.run(["ldd", path], capture_output=True, text=True, check=False).stdout
     for line in linked.splitlines():
         if "nccl" in line or "cuda" in line:
             print(f"hocc._C links {line.strip()}")
-    symbols = subprocess.run(["nm", "-C", "--defined-only", c.__file__], capture_output=True, text=True,
+    symbols = subprocess.run(["nm", "-C", "--defined-only", path], capture_output=True, text=True,
                              check=False).stdout
     for name in ("hocc::NcclTransport::prepare", "hocc::reduce_cuda", "hocc::CudaDevice::reduce"):
         print(f"hocc._C defines {name}: {'yes' if name in symbols else 'NO'}")

@@ -116,7 +116,7 @@ class Strategy:
 
 def rejection(name: str) -> str | None:
     """Why a well-formed three-letter name is not a strategy, or None if it is one."""
-    p, g, o = name
+    p, g, o = name[0], name[1], name[2]
     if _ORDER[o] < _ORDER[g]:
         return (f"{name}: optimizer states ({o}) are sharded less than gradients ({g}); each rank's optimizer "
                 f"would need gradients it does not hold, i.e. an extra all-gather of gradients every step, for "

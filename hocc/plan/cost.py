@@ -112,7 +112,7 @@ class CostParams:
             raise ValueError(f"cost 'native' must be one of {NATIVE_MODELS}, got {native!r}")
         base = CostParams()
         vals = {k: float(d[k]) for k in known - {"op_factors", "native"} if k in d}
-        params = replace(base, native=native, **vals)
+        params = replace(base, native=native, **vals)  # type: ignore[arg-type]
         factors = d.get("op_factors") or {}
         if not isinstance(factors, dict):
             raise ValueError("cost 'op_factors' must map 'impl:op' (e.g. 'native:reduce_scatter') to a number")
@@ -290,7 +290,8 @@ class PlanCost:
         else:
             busiest = np.zeros(len(self.mult))
         lat = np.array([max((_latency(s, links, params) for s in tick), default=0.0) for tick in self.shapes])
-        return self.mult * (np.maximum(busiest, lat) + params.launch)
+        out: np.ndarray = self.mult * (np.maximum(busiest, lat) + params.launch)
+        return out
 
 
 def _assemble(ticks: list[tuple[tuple[int, ...], int]], shapes: list[tuple[_Shape, float]],

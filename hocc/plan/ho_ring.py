@@ -97,6 +97,6 @@ def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
                 seg = span // grid.radices[level]
                 steps.append(_level_step(grid, level, stage, k, collective, base, span, seg, ring_ops, host_impl))
         stages = max(d, 1)
-    plan = Plan(collective, "ho_ring", world, count, layout, steps, stages,
+    plan = Plan(collective, "ho_ring", world, count, layout, tuple(steps), stages,
                 meta={"radices": list(grid.radices), "tiers": list(grid.tiers)})
     return plan

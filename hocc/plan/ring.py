@@ -33,5 +33,5 @@ def build_ring(collective: str, topo: Topology, count: int) -> Plan:
         layout = Layout(world, count, 1, count, order)
         steps = [Step(0, 0, collective, "ring", tier, (GroupSlice(order, 0, count),))]
         stages = 1
-    return Plan(collective, "ring", world, count, layout, steps, stages,
+    return Plan(collective, "ring", world, count, layout, tuple(steps), stages,
                 meta={"ring_order": list(order)})

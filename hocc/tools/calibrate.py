@@ -164,7 +164,7 @@ class _Space:
             elif kind == "factor":
                 factors[what] = float(v)
             else:
-                params = replace(params, **{what: float(v)})
+                params = replace(params, **{what: float(v)})  # type: ignore[arg-type]
         return Fit(eff, lat, params.with_factors(factors) if factors else params, tuple(self.names))
 
 

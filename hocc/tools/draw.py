@@ -6,6 +6,8 @@ rings red. Large topologies show the first hosts of the first switches."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
 from hocc.plan.planner import PlannerConfig, choose, predict_all
@@ -91,7 +93,7 @@ def draw_plan(topo: Topology, op: str, count: int, elem: int, cfg: PlannerConfig
             if not edges:
                 continue
             color, rad = tier_style.get(step.tier, ("purple", 0.3))
-            ec = color or cmap(rank_color[edges[0][0][1]] % 10)
+            ec: Any = color or cmap(rank_color[edges[0][0][1]] % 10)
             batches.setdefault((ec, rad), []).extend(edges)
     for (ec, rad), edges in batches.items():
         nx.draw_networkx_edges(nx.DiGraph(edges), pos, edgelist=edges, ax=ax, edge_color=[ec] * len(edges),

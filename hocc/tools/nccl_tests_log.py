@@ -114,14 +114,14 @@ def parse_log(text: str, op: str | None = None) -> list[Run]:
         if row is not None:
             cur.rows.append(row)
     runs = [r for r in runs if r.rows]
-    for r in runs:
-        if not r.hostnames:
+    for run in runs:
+        if not run.hostnames:
             raise ValueError("an nccl-tests run without its '# Using devices' lines: cannot tell its ranks; "
                              "keep the header nccl-tests prints")
-        if "" in r.hostnames:
-            raise ValueError(f"the '# Using devices' lines list {sum(1 for h in r.hostnames if h)} of "
-                             f"{len(r.hostnames)} ranks; keep every line of the log")
-        r.op = r.op or infer_op(r)
+        if "" in run.hostnames:
+            raise ValueError(f"the '# Using devices' lines list {sum(1 for h in run.hostnames if h)} of "
+                             f"{len(run.hostnames)} ranks; keep every line of the log")
+        run.op = run.op or infer_op(run)
     return runs
 
 

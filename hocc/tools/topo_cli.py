@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from hocc.plan.nccl_defaults import NCCL_LINKS
 from hocc.topology import LinkModel, save_file
@@ -30,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", action="store_true", help="also print the host report (JSON) the detectors made")
 
 
-def _summary(rep: dict) -> str:  # type: ignore[type-arg]
+def _summary(rep: dict[str, Any]) -> str:
     src = rep["sources"]
     parts = []
     if rep["gpus"]:

@@ -146,7 +146,7 @@ class Topology:
         return [n[1] for n in self.graph.neighbors(("core", "core"))]
 
     def _switch_key(self, sw: str) -> int:
-        return min(n[1] for h in self.graph.neighbors(("switch", sw)) if h[0] == "host"
+        return min(int(n[1]) for h in self.graph.neighbors(("switch", sw)) if h[0] == "host"
                    for n in self.graph.neighbors(h) if n[0] == "rank")
 
     def host_of(self, rank: int) -> str:

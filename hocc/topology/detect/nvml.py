@@ -10,7 +10,7 @@ from typing import Any
 
 def load() -> ModuleType | None:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:
