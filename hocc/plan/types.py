@@ -11,6 +11,14 @@ elements of each member's own work buffer, identical on all members):
   all_gather      every member ends with every member's segment i in place.
   all_reduce      the region [offset, offset+seg) reduced over the members.
 
+A rank may belong to several groups of a step (HO-Ring on unequal hosts puts
+a rank on several rails); their regions are disjoint on that rank. Executors
+run a rank's groups of one step in the order listed, which is the same on
+every rank (so two ranks that share two groups meet them in one order: no
+deadlock), and the next stage of that chunk waits for all of them. 'shm'
+groups stay one per rank per step (one host group). `one_group_per_rank`
+rewrites such a plan for executors that run one group per rank per step.
+
 impl 'native' runs the backend's collective on a sub-group (members must be in
 rank order, as the backend assigns segments that way); 'ring' runs a ring of
 point-to-point sends in the listed order; 'shm' (members on one host) goes
@@ -56,10 +64,15 @@ class Step:
     groups: tuple[GroupSlice, ...]
 
     def group_of(self, rank: int) -> GroupSlice | None:
+        """The first group `rank` belongs to (see groups_of: there may be several)."""
         for g in self.groups:
             if rank in g.ranks:
                 return g
         return None
+
+    def groups_of(self, rank: int) -> tuple[GroupSlice, ...]:
+        """Every group `rank` belongs to in this step, in the order to run them."""
+        return tuple(g for g in self.groups if rank in g.ranks)
 
 
 @dataclass(frozen=True)
@@ -130,3 +143,31 @@ class Plan:
             groups = " ".join(f"{list(g.ranks)}@{g.offset}+{g.seg}" for g in s.groups)
             lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}")
         return "\n".join(lines)
+
+
+def one_group_per_rank(plan: Plan) -> Plan:
+    """The same computation with at most one group per rank per step: a step
+    whose groups share a rank becomes consecutive stages, each group placed
+    after the earlier-listed groups it shares a member with (so every rank
+    runs its groups in the listed order). Stages renumber; nothing else
+    changes. For executors that run one group per rank per step."""
+    splits: dict[tuple[int, int], list[list[GroupSlice]]] = {}
+    for s in plan.steps:
+        layers: list[list[GroupSlice]] = []
+        last: dict[int, int] = {}
+        for g in s.groups:
+            at = max((last[r] + 1 for r in g.ranks if r in last), default=0)
+            while len(layers) <= at:
+                layers.append([])
+            layers[at].append(g)
+            for r in g.ranks:
+                last[r] = at
+        splits[(s.stage, s.chunk)] = layers or [[]]
+    width = [max((len(v) for (st, _), v in splits.items() if st == stage), default=1) for stage in range(plan.stages)]
+    if all(w == 1 for w in width):
+        return plan
+    first = [sum(width[:i]) for i in range(plan.stages)]
+    steps = [Step(first[s.stage] + j, s.chunk, s.op, s.impl, s.tier, tuple(layer))
+             for s in plan.steps for j, layer in enumerate(splits[(s.stage, s.chunk)]) if layer]
+    return Plan(plan.collective, plan.algo, plan.world, plan.count, plan.layout, steps, sum(width), plan.reason,
+                plan.predicted_s, dict(plan.meta))
