@@ -53,6 +53,15 @@ class _ThreadHandle:
         self.fut.result()
 
 
+class _AllHandle:
+    def __init__(self, handles: list[Handle]) -> None:
+        self.handles = handles
+
+    def wait(self) -> None:
+        for h in self.handles:
+            h.wait()
+
+
 def reads_caller_input(plan: Plan, count: int) -> bool:
     """True when the plan can read the caller's input in place of a packed
     work buffer: one all-reduce step through shared memory over the whole,
@@ -90,13 +99,16 @@ class Executor:
                     k = t - s
                     if not 0 <= k < plan.chunks:
                         continue
-                    if (s - 1, k) in pending:
-                        pending.pop((s - 1, k)).wait()
                     step = mine.get((s, k))
-                    group = step.group_of(self.rank) if step else None
-                    if step is not None and group is not None and len(group.ranks) > 1:
+                    groups = [g for g in step.groups_of(self.rank) if len(g.ranks) > 1] if step else []
+                    if step is not None and groups:
+                        # this rank's nearest earlier stage of the chunk (it may have none at s-1)
+                        for p in range(s - 1, -1, -1):
+                            if (p, k) in pending:
+                                pending.pop((p, k)).wait()
+                                break
                         start = time.perf_counter()
-                        pending[(s, k)] = self._launch(step, group, work, op, source if s == 0 else None)
+                        pending[(s, k)] = self._launch_all(step, groups, work, op, source if s == 0 else None)
                         if self.trace:
                             pending.pop((s, k)).wait()
                             self.timings.append((s, k, step.op, step.tier, time.perf_counter() - start))
@@ -106,6 +118,25 @@ class Executor:
             for h in pending.values():  # after an error: let in-flight ops end before the buffer is freed
                 with contextlib.suppress(Exception):  # the first error is the one raised
                     h.wait()
+
+    def _launch_all(self, step: Step, groups: list[GroupSlice], work: torch.Tensor, op: str,
+                    source: torch.Tensor | None) -> Handle:
+        """A rank's groups of one step (several on unequal hosts, plan/types.py), in
+        the listed order: ring groups one after another on one thread, native ones
+        issued in order on their own sub-groups."""
+        if len(groups) == 1:
+            return self._launch(step, groups[0], work, op, source)
+        if step.impl == "shm":
+            raise ValueError(f"plan puts rank {self.rank} in several shared-memory groups of one step")
+        if step.impl == "ring":
+            pgs = [self.subgroups.get(stage_tag(step), g.ranks) for g in groups]
+
+            def rings() -> None:
+                for g, pg in zip(groups, pgs, strict=True):
+                    self._ring(step, g, pg, work, op, g.ranks.index(self.rank), len(g.ranks))
+
+            return _ThreadHandle(self._threads.submit(rings))
+        return _AllHandle([self._launch(step, g, work, op, source) for g in groups])
 
     def _launch(self, step: Step, g: GroupSlice, work: torch.Tensor, op: str,
                 source: torch.Tensor | None = None) -> Handle:

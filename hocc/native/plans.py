@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from hocc.native import load
-from hocc.plan.types import Plan
+from hocc.plan.types import Plan, one_group_per_rank
 
 
 def to_native(plan: Plan) -> Any:
     cached = plan.__dict__.get("_native")
     if cached is not None:
         return cached
+    plan = one_group_per_rank(plan)  # the C++ executor runs one group per rank per step (plan/types.py)
     steps = [(s.stage, s.chunk, s.op, s.impl, [(list(g.ranks), g.offset, g.seg) for g in s.groups])
              for s in plan.steps]
     native = load().Plan(plan.world, plan.stages, plan.chunks, plan.layout.size, steps)
