@@ -171,3 +171,15 @@ def test_planner_uses_it() -> None:
     assert rs.algo == "ring" and "3+5" in rs.reason
     for coll in ("all_gather", "reduce_scatter", "all_reduce"):
         assert make_plan(coll, 1, 4, topo, "auto", CPU).algo in ("native", "ring", "ho_ring")
+
+
+def test_auto_keeps_the_ring_where_the_backend_op_loses_to_it() -> None:
+    """Where the engine runs an op's steps as rings (cfg.ring_ops: gloo's own
+    reduce-scatter is about half a ring's speed) auto's default is the ring, not
+    native, unless the cost model prices native for that op."""
+    topo = parse_spec("3+5@nic=200mbit")
+    count = (64 << 20) // 4 // 8
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", CPU).algo == "ring"
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", PlannerConfig()).algo == "native"
+    fast = dataclasses.replace(CPU, params=CPU.params.with_factors({"native:reduce_scatter": 0.5}))
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", fast).algo == "native"

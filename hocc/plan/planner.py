@@ -124,13 +124,20 @@ def predict_all(collective: str, count: int, elem_size: int, topo: Topology,
     return out
 
 
-def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None) -> str:
-    """auto's pick: the fastest predicted, but native unless the gain beats the margin."""
+def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, collective: str = "") -> str:
+    """auto's pick: the fastest predicted, but native unless the gain beats the
+    margin. For an op in cfg.ring_ops (the engine's word that the backend's own
+    op loses to a point-to-point ring, e.g. gloo's reduce-scatter at half a
+    ring's speed) the ring is the default instead, unless the cost model
+    prices that op's native factor: uncalibrated, the model sees native and
+    ring move the same bytes and would keep native (3+5 at 200 Mbit/s: native
+    reduce_scatter 26% of the link bound, the ring 52%)."""
     cfg = cfg or PlannerConfig()
     best = min(preds.values(), key=lambda p: p.seconds)
-    native = preds["native"]
-    if best.algo != "native" and best.seconds > native.seconds * (1 - cfg.native_margin):
-        return "native"
+    priced = any(k == f"native:{collective}" for k, _ in cfg.params.op_factors)
+    base = preds["ring"] if collective in cfg.ring_ops and not priced and "ring" in preds else preds["native"]
+    if best.algo != base.algo and best.seconds > base.seconds * (1 - cfg.native_margin):
+        return base.algo
     return best.algo
 
 
@@ -151,7 +158,7 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
         reason = (f"ho_ring's {collective} needs equal ranks per host and hosts per switch (its all_reduce "
                   f"does not); topology {topo.shape()} has not, so the topology-ordered ring ran")
     elif algo == "auto":
-        pick = choose(preds, cfg)
+        pick = choose(preds, cfg, collective)
         reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
     if pick == "native":
         plan = build_native(collective, topo.world_size, count, ring_tier(topo))
