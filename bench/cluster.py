@@ -16,6 +16,7 @@ Needs root and iproute2 (installed with apt-get if missing).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import signal
@@ -35,18 +36,23 @@ class Scenario:
     ranks_per_host: int
     switches: int
     scattered: bool
+    sizes: tuple[int, ...] = ()  # hosts of unequal size ('3+5'), ranks numbered host by host; one switch
 
     @property
     def world(self) -> int:
-        return self.hosts * self.ranks_per_host
+        return sum(self.sizes) if self.sizes else self.hosts * self.ranks_per_host
 
     def host_of(self, rank: int) -> int:
+        if self.sizes:
+            return next(h for h, end in enumerate(itertools.accumulate(self.sizes)) if rank < end)
         return rank % self.hosts if self.scattered else rank // self.ranks_per_host
 
     def switch_of_host(self, host: int) -> int:
         return host // (self.hosts // self.switches)
 
     def spec(self, rate: str, trunk: str) -> str:
+        if self.sizes:
+            return "+".join(map(str, self.sizes)) + f"@nic={rate}"
         if self.hosts == 1:
             return str(self.ranks_per_host)
         shape = (f"{self.switches}x{self.hosts // self.switches}x{self.ranks_per_host}" if self.switches > 1
@@ -63,6 +69,9 @@ SCENARIOS = {
     "4x2": Scenario("4x2", 4, 2, 1, False),
     "2x4-scattered": Scenario("2x4-scattered", 2, 4, 1, True),
     "2x2x2": Scenario("2x2x2", 4, 2, 2, False),
+    "3+5": Scenario("3+5", 2, 0, 1, False, (3, 5)),
+    "4+4+3": Scenario("4+4+3", 3, 0, 1, False, (4, 4, 3)),
+    "1+7": Scenario("1+7", 2, 0, 1, False, (1, 7)),
 }
 
 
@@ -202,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         cluster.up()
-        print(f"# scenario {sc.name}: {sc.hosts} hosts x {sc.ranks_per_host} ranks, {sc.switches} switch(es), "
+        ranks = "+".join(map(str, sc.sizes)) if sc.sizes else str(sc.ranks_per_host)
+        print(f"# scenario {sc.name}: {sc.hosts} hosts x {ranks} ranks, {sc.switches} switch(es), "
               f"NIC {a.rate}" + (f", trunk {a.trunk_rate}" if sc.switches > 1 else "")
               + f"; HOCC_TOPOLOGY={sc.spec(a.rate, a.trunk_rate)}", flush=True)
         procs = cluster.launch(bench_args, a.python, a.port, a.script)

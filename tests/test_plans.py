@@ -66,10 +66,12 @@ def test_random_hierarchies(seed: int) -> None:
             simulate(make_plan(coll, count, 4, topo, algo, cfg), seed)
 
 
-def test_ho_ring_exists_exactly_for_uniform_hierarchies() -> None:
-    assert build_ho_ring("all_reduce", parse_spec("3+5"), 10, 1) is None
+def test_ho_ring_exists_for_uniform_hierarchies_and_unequal_all_reduce() -> None:
+    assert build_ho_ring("reduce_scatter", parse_spec("3+5"), 10, 1) is None
+    assert build_ho_ring("all_gather", parse_spec("3+5"), 10, 1) is None
+    assert build_ho_ring("all_reduce", parse_spec("3+5"), 10, 1) is not None  # tests/test_plans_uneven.py
     assert build_ho_ring("all_reduce", parse_spec("2x2x2"), 10, 1) is not None
-    plan = make_plan("all_reduce", 1000, 4, parse_spec("3+5"), "ho_ring")
+    plan = make_plan("all_gather", 1000, 4, parse_spec("3+5"), "ho_ring")
     assert plan.algo == "ring" and "3+5" in plan.reason
 
 
@@ -154,7 +156,9 @@ def test_auto_choices() -> None:
     assert make_plan("all_reduce", big, 4, parse_spec("8"), "auto").algo == "native"
     assert make_plan("all_gather", 16, 4, parse_spec("8"), "auto").algo == "native"
     uneven = make_plan("all_reduce", big, 4, parse_spec("3+5"), "auto")
-    assert uneven.algo in ("native", "ring") and "auto" in uneven.reason
+    assert uneven.algo == "ho_ring" and "auto" in uneven.reason
+    uneven_rs = make_plan("reduce_scatter", big, 4, parse_spec("3+5"), "auto")
+    assert uneven_rs.algo in ("native", "ring") and "auto" in uneven_rs.reason
 
 
 def test_link_bound() -> None:

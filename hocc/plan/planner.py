@@ -69,7 +69,8 @@ def _chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: 
 
 def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
                     cfg: PlannerConfig) -> Prediction | None:
-    """The best K and its time, or None when the topology is not a uniform hierarchy."""
+    """The best K and its time, or None when ho_ring cannot run (reduce_scatter
+    and all_gather on a hierarchy that is not uniform)."""
     best: Prediction | None = None
     total = count * elem_size * (1 if collective == "all_reduce" else topo.world_size)
     for k in _chunk_choices(count, elem_size, cfg, total):
@@ -129,13 +130,20 @@ def predict_all(collective: str, count: int, elem_size: int, topo: Topology,
     return out
 
 
-def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None) -> str:
-    """auto's pick: the fastest predicted, but native unless the gain beats the margin."""
+def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, collective: str = "") -> str:
+    """auto's pick: the fastest predicted, but native unless the gain beats the
+    margin. For an op in cfg.ring_ops (the engine's word that the backend's own
+    op loses to a point-to-point ring, e.g. gloo's reduce-scatter at half a
+    ring's speed) the ring is the default instead, unless the cost model
+    prices that op's native factor: uncalibrated, the model sees native and
+    ring move the same bytes and would keep native (3+5 at 200 Mbit/s: native
+    reduce_scatter 26% of the link bound, the ring 52%)."""
     cfg = cfg or PlannerConfig()
     best = min(preds.values(), key=lambda p: p.seconds)
-    native = preds["native"]
-    if best.algo != "native" and best.seconds > native.seconds * (1 - cfg.native_margin):
-        return "native"
+    priced = any(k == f"native:{collective}" for k, _ in cfg.params.op_factors)
+    base = preds["ring"] if collective in cfg.ring_ops and not priced and "ring" in preds else preds["native"]
+    if best.algo != base.algo and best.seconds > base.seconds * (1 - cfg.native_margin):
+        return base.algo
     return best.algo
 
 
@@ -153,10 +161,10 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
     pick = algo
     if algo == "ho_ring" and "ho_ring" not in preds:
         pick = "ring"
-        reason = (f"ho_ring needs equal ranks per host and hosts per switch; topology "
-                  f"{topo.shape()} is not, so the topology-ordered ring ran")
+        reason = (f"ho_ring's {collective} needs equal ranks per host and hosts per switch (its all_reduce "
+                  f"does not); topology {topo.shape()} has not, so the topology-ordered ring ran")
     elif algo == "auto":
-        pick = choose(preds, cfg)
+        pick = choose(preds, cfg, collective)
         reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
     if pick == "native":
         plan = build_native(collective, topo.world_size, count, ring_tier(topo))

@@ -6,7 +6,9 @@ and the modular sum of all ranks' inputs; a region that a step leaves
 undefined is poisoned, so a plan that reads it is caught. Steps run in a
 random order that respects only the plan's declared dependencies, and steps
 that may overlap must touch disjoint regions: a plan that relies on the
-executor's incidental ordering fails here.
+executor's incidental ordering fails here. A rank may sit in several groups
+of a step (types.py) if their regions are disjoint on it; 'shm' groups stay
+one per rank per step.
 """
 
 from __future__ import annotations
@@ -28,16 +30,23 @@ class PlanError(AssertionError):
 def check_structure(plan: Plan) -> None:
     size = plan.layout.size
     for s in plan.steps:
-        seen: set[int] = set()
+        held: dict[int, list[tuple[int, int]]] = {}  # rank -> regions of its groups in this step
         for g in s.groups:
-            if seen & set(g.ranks):
-                raise PlanError(f"rank in two groups of one step: {s}")
-            seen |= set(g.ranks)
+            if len(set(g.ranks)) != len(g.ranks):
+                raise PlanError(f"a rank listed twice in one group: {s}")
             n = 1 if s.op == "all_reduce" else len(g.ranks)
-            if g.offset < 0 or g.offset + n * g.seg > size:
+            lo, hi = g.offset, g.offset + n * g.seg
+            if g.offset < 0 or hi > size:
                 raise PlanError(f"region out of the work buffer ({size}): {s}")
             if s.impl == "native" and list(g.ranks) != sorted(g.ranks):
                 raise PlanError(f"native step with members out of rank order: {s}")
+            for r in g.ranks:
+                mine = held.setdefault(r, [])
+                if mine and s.impl == "shm":
+                    raise PlanError(f"rank {r} in two shared-memory groups of one step: {s}")
+                if any(lo < e and b < hi for b, e in mine):
+                    raise PlanError(f"rank {r} in two groups of one step whose regions overlap: {s}")
+                mine.append((lo, hi))
         if not 0 <= s.stage < plan.stages:
             raise PlanError(f"stage {s.stage} outside 0..{plan.stages - 1}")
 
@@ -161,3 +170,33 @@ def simulate(plan: Plan, seed: int = 0) -> None:
         if not np.all(n == expect_n) or not np.array_equal(got, want):
             raise PlanError(f"{plan.collective}: rank {r} ends with a wrong result "
                             f"(contribution counts {sorted(set(n.tolist()))})\n{plan.describe()}")
+
+
+def nic_traffic(plan: Plan, host_of: dict[int, str], switch_of: dict[str, str] | None = None,
+                ) -> tuple[dict[str, int], dict[str, int]]:
+    """Elements each host sends out of its NIC, and each switch out of its
+    trunk, when every group of the plan runs as a ring over its members in the
+    listed order (what 'ring' steps do, and gloo / NCCL rings for 'native'
+    ones): reduce-scatter and all-gather members send (n-1) segments, an
+    all-reduce member the region less the two parts it does not send (the
+    region split as ring_p2p.split_even does). 'shm' steps stay inside a host."""
+    nic: dict[str, int] = dict.fromkeys(host_of.values(), 0)
+    trunk: dict[str, int] = dict.fromkeys((switch_of or {}).values(), 0)
+    for s in plan.steps:
+        if s.impl == "shm":
+            continue
+        for g in s.groups:
+            n = len(g.ranks)
+            if n < 2:
+                continue
+            q, rem = divmod(g.seg, n)
+            part = [q + (1 if i < rem else 0) for i in range(n)]
+            for i, a in enumerate(g.ranks):
+                b = g.ranks[(i + 1) % n]
+                if host_of[a] == host_of[b]:
+                    continue
+                sent = (n - 1) * g.seg if s.op != "all_reduce" else 2 * g.seg - part[i] - part[(i + 1) % n]
+                nic[host_of[a]] += sent
+                if switch_of and switch_of[host_of[a]] != switch_of[host_of[b]]:
+                    trunk[switch_of[host_of[a]]] += sent
+    return nic, trunk

@@ -1,6 +1,6 @@
 """Plans are data: which group does what to which slice of the work buffer, in
-which pipeline stage and chunk. Executors (the Python engine on
-torch.distributed, the C++ one later) carry them out and decide nothing.
+which pipeline stage and chunk. The executor (hocc._C, csrc/executor/)
+carries them out, on every device, and decides nothing.
 
 Semantics of a step, for each of its groups (members listed in segment order,
 as ranks of the process group the plan was made for; region offsets in
@@ -10,6 +10,14 @@ elements of each member's own work buffer, identical on all members):
                   over the members; the rest of the region becomes undefined.
   all_gather      every member ends with every member's segment i in place.
   all_reduce      the region [offset, offset+seg) reduced over the members.
+
+A rank may belong to several groups of a step (HO-Ring on unequal hosts puts
+a rank on several rails); their regions are disjoint on that rank. Executors
+run a rank's groups of one step in the order listed, which is the same on
+every rank (so two ranks that share two groups meet them in one order: no
+deadlock), and the next stage of that chunk waits for all of them. 'shm'
+groups stay one per rank per step (one host group). `one_group_per_rank`
+rewrites such a plan for executors that run one group per rank per step.
 
 impl 'native' runs the backend's collective on a sub-group (members must be in
 rank order, as the backend assigns segments that way); 'ring' runs a ring of
@@ -44,7 +52,7 @@ all_gather there is one block per rank.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
@@ -75,10 +83,15 @@ class Step:
     dst: str = "work"
 
     def group_of(self, rank: int) -> GroupSlice | None:
+        """The first group `rank` belongs to (see groups_of: there may be several)."""
         for g in self.groups:
             if rank in g.ranks:
                 return g
         return None
+
+    def groups_of(self, rank: int) -> tuple[GroupSlice, ...]:
+        """Every group `rank` belongs to in this step, in the order to run them."""
+        return tuple(g for g in self.groups if rank in g.ranks)
 
 
 @dataclass(frozen=True)
@@ -161,3 +174,30 @@ class Plan:
             bufs = f" {s.src}->{s.dst}" if (s.src, s.dst) != ("work", "work") else ""
             lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}{bufs}")
         return "\n".join(lines)
+
+
+def one_group_per_rank(plan: Plan) -> Plan:
+    """The same computation with at most one group per rank per step: a step
+    whose groups share a rank becomes consecutive stages, each group placed
+    after the earlier-listed groups it shares a member with (so every rank
+    runs its groups in the listed order). Stages renumber; nothing else
+    changes. For executors that run one group per rank per step."""
+    splits: dict[tuple[int, int], list[list[GroupSlice]]] = {}
+    for s in plan.steps:
+        layers: list[list[GroupSlice]] = []
+        last: dict[int, int] = {}
+        for g in s.groups:
+            at = max((last[r] + 1 for r in g.ranks if r in last), default=0)
+            while len(layers) <= at:
+                layers.append([])
+            layers[at].append(g)
+            for r in g.ranks:
+                last[r] = at
+        splits[(s.stage, s.chunk)] = layers or [[]]
+    width = [max((len(v) for (st, _), v in splits.items() if st == stage), default=1) for stage in range(plan.stages)]
+    if all(w == 1 for w in width):
+        return plan
+    first = [sum(width[:i]) for i in range(plan.stages)]
+    steps = tuple(replace(s, stage=first[s.stage] + j, groups=tuple(layer))
+                  for s in plan.steps for j, layer in enumerate(splits[(s.stage, s.chunk)]) if layer)
+    return replace(plan, steps=steps, stages=sum(width), meta=dict(plan.meta))

@@ -1,0 +1,185 @@
+"""HO-Ring on unequal hierarchies (hocc/plan/ho_ring_uneven.py), proved by the
+symbolic simulator: random host sizes 1-9 over 2-6 hosts, one or several
+switches of unequal host counts, random sub-groups, counts from 0 to primes;
+each host's NIC bytes against HO-RING.md's 2(N-1)/N * S; the several-groups
+rule of types.py and its one-group-per-rank rewrite; the planner's use of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from hocc.plan import Plan, PlanError, PlannerConfig, make_plan, simulate
+from hocc.plan.ho_ring import build_ho_ring
+from hocc.plan.ho_ring_uneven import build_ho_ring_uneven, overlay
+from hocc.plan.simulate import nic_traffic
+from hocc.plan.types import one_group_per_rank
+from hocc.topology import HostInfo, Topology, parse_spec
+
+CPU = PlannerConfig(min_chunk_bytes=8, ring_ops=("reduce_scatter", "all_gather"), host_impl="shm")
+COUNTS = (0, 1, 2, 3, 5, 7, 13, 31, 101, 257)
+
+
+def unequal_topology(rng: random.Random) -> Topology:
+    """2-6 hosts of 1-9 ranks, numbered in a random order, on 1-3 switches
+    holding unequal numbers of hosts; sometimes a random sub-group of it."""
+    sizes = [rng.randint(1, 9) for _ in range(rng.randint(2, 6))]
+    ranks = list(range(sum(sizes)))
+    rng.shuffle(ranks)
+    switches = rng.randint(1, min(3, len(sizes)))
+    cuts = sorted(rng.sample(range(1, len(sizes)), switches - 1))
+    hosts, start = [], 0
+    for i, n in enumerate(sizes):
+        sw = sum(1 for c in cuts if i >= c)
+        hosts.append(HostInfo(f"h{i}", f"s{sw}", tuple(ranks[start:start + n])))
+        start += n
+    topo = Topology(hosts)
+    if rng.random() < 0.3:
+        topo = topo.restrict(rng.sample(range(topo.world_size), rng.randint(2, topo.world_size)))
+    return topo
+
+
+def host_maps(topo: Topology) -> tuple[dict[int, str], dict[str, str]]:
+    infos = topo.host_infos()
+    return {r: h.name for h in infos for r in h.ranks}, {h.name: h.switch for h in infos}
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_unequal_hierarchies(seed: int) -> None:
+    rng = random.Random(seed)
+    topo = unequal_topology(rng)
+    count = rng.choice(COUNTS)
+    plan = build_ho_ring("all_reduce", topo, count, rng.choice([1, 2, 3]), CPU.ring_ops, rng.choice(["", "shm"]))
+    assert plan is not None, topo.shape()
+    simulate(plan, seed)
+    simulate(one_group_per_rank(plan), seed + 1)
+    simulate(Plan.from_json(plan.to_json()), seed + 2)
+    hosts = {len(h) for h in topo.host_groups()}
+    if len(hosts) > 1:  # the uniform builder did not take it
+        assert plan.meta.get("uneven"), plan.describe()
+    for coll in ("reduce_scatter", "all_gather", "all_reduce"):
+        for algo in ("auto", "ho_ring"):
+            simulate(make_plan(coll, count, 4, topo, algo, CPU), seed)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_nic_bytes_per_host_match_the_design(seed: int) -> None:
+    """HO-RING.md's byte counts, whatever the sizes: with one switch every host
+    sends 2(N-1)/N of the (padded) buffer S across its NIC; over M switches a
+    host among k under its switch sends 2(k-1)/k * S inside the switch and
+    2(M-1)/M * S/k across, so every trunk carries 2(M-1)/M * S."""
+    rng = random.Random(1000 + seed)
+    topo = unequal_topology(rng)
+    plan = build_ho_ring_uneven("all_reduce", topo, 10_007, rng.choice([1, 4]))
+    assert plan is not None
+    host_of, switch_of = host_maps(topo)
+    nic, trunk = nic_traffic(plan, host_of, switch_of)
+    size = plan.layout.size
+    m = len({switch_of[h] for h in host_of.values()})
+    under = {s: sum(1 for h in set(host_of.values()) if switch_of[h] == s) for s in set(switch_of.values())}
+    slack = 2 * sum(len(s.groups) for s in plan.steps)  # ring splits of segments that do not divide
+    for h, sent in nic.items():
+        k = under[switch_of[h]] if m > 1 else len(nic)
+        want = 2 * (k - 1) / k * size if m == 1 else 2 * (k - 1) / k * size + 2 * (m - 1) / m * size / k
+        assert abs(sent - want) <= slack, (h, sent, want, topo.shape())
+    for s, sent in trunk.items():
+        assert abs(sent - 2 * (m - 1) / m * size) <= slack, (s, sent, size)
+
+
+def test_known_placements() -> None:
+    for spec, intervals in (("3+5", 7), ("1+7", 7), ("2+3+3", 4), ("4+4+3", 6), ("8+8+8+7", 14)):
+        plan = build_ho_ring_uneven("all_reduce", parse_spec(spec), 5003, 4, host_impl="shm")
+        assert plan is not None
+        simulate(plan)
+        rail = next(s for s in plan.steps if s.op == "all_reduce")
+        assert len(rail.groups) == intervals  # sum(G_h) - N + 1 when no cuts coincide, fewer when they do
+        assert all(len(g.ranks) == len(spec.split("+")) for g in rail.groups)  # every ring spans every host
+        assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}
+        host_of, _ = host_maps(parse_spec(spec))
+        nic, _ = nic_traffic(plan, host_of)
+        n = len(spec.split("+"))
+        slack = 2 * sum(len(s.groups) for s in plan.steps)  # ring splits of segments that do not divide
+        for sent in nic.values():
+            assert abs(sent - 2 * (n - 1) / n * plan.layout.size) <= slack
+
+
+def test_three_levels_with_unequal_switches() -> None:
+    hosts = [HostInfo("a", "s0", (0, 1, 2)), HostInfo("b", "s0", (3, 4)), HostInfo("c", "s1", (5, 6, 7, 8))]
+    topo = Topology(hosts)
+    plan = build_ho_ring_uneven("all_reduce", topo, 999, 2)
+    assert plan is not None
+    assert [s.tier for s in plan.steps if s.chunk == 0] == ["host", "nic", "trunk", "nic", "host"]
+    simulate(plan)
+    simulate(one_group_per_rank(plan))
+    _, trunk = nic_traffic(plan, *host_maps(topo))
+    for sent in trunk.values():
+        assert sent == pytest.approx(plan.layout.size, rel=1e-3)  # 2(M-1)/M * S with M = 2 switches
+
+
+def test_overlay() -> None:
+    from fractions import Fraction as F
+    a = [(F(0), F(1, 2), 0), (F(1, 2), F(1), 1)]
+    b = [(F(0), F(1, 3), 2), (F(1, 3), F(2, 3), 3), (F(2, 3), F(1), 4)]
+    assert overlay([a, b]) == [(F(0), F(1, 3), (0, 2)), (F(1, 3), F(1, 2), (0, 3)),
+                               (F(1, 2), F(2, 3), (1, 3)), (F(2, 3), F(1), (1, 4))]
+
+
+def _rail(plan: Plan) -> int:
+    return next(i for i, s in enumerate(plan.steps) if len(s.groups) > 2)
+
+
+def test_simulator_rules_for_several_groups() -> None:
+    plan = build_ho_ring_uneven("all_reduce", parse_spec("3+5"), 150, 1)
+    assert plan is not None
+    i = _rail(plan)
+    rail = plan.steps[i]
+    g0, g1 = rail.groups[0], rail.groups[1]
+    overlapping = dataclasses.replace(g1, ranks=g0.ranks, offset=g0.offset)
+    for bad in (dataclasses.replace(rail, groups=(g0, overlapping, *rail.groups[2:])),
+                dataclasses.replace(rail, groups=rail.groups[1:]),
+                dataclasses.replace(plan.steps[0], impl="shm", groups=(*plan.steps[0].groups, g0))):
+        steps = list(plan.steps)
+        steps[i if bad.op == "all_reduce" else 0] = bad
+        with pytest.raises(PlanError):
+            simulate(dataclasses.replace(plan, steps=steps))
+
+
+def test_one_group_per_rank_keeps_each_ranks_order() -> None:
+    plan = build_ho_ring_uneven("all_reduce", parse_spec("4+4+3"), 1200, 3)
+    assert plan is not None
+    flat = one_group_per_rank(plan)
+    assert flat.stages > plan.stages
+    for s in flat.steps:
+        members = [r for g in s.groups for r in g.ranks]
+        assert len(members) == len(set(members))
+    for k in range(plan.chunks):
+        for r in range(plan.world):
+            before = [g for s in plan.steps if s.chunk == k for g in s.groups_of(r)]
+            after = [g for s in sorted(flat.steps, key=lambda s: s.stage) if s.chunk == k for g in s.groups_of(r)]
+            assert before == after
+
+
+def test_planner_uses_it() -> None:
+    big = 16 << 20
+    topo = parse_spec("3+5@nic=200mbit")
+    plan = make_plan("all_reduce", big, 4, topo, "ho_ring", CPU)
+    assert plan.algo == "ho_ring" and plan.meta["uneven"], plan.summary()
+    assert make_plan("all_reduce", big, 4, topo, "auto", CPU).algo == "ho_ring"
+    rs = make_plan("reduce_scatter", big, 4, topo, "ho_ring", CPU)
+    assert rs.algo == "ring" and "3+5" in rs.reason
+    for coll in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert make_plan(coll, 1, 4, topo, "auto", CPU).algo in ("native", "ring", "ho_ring")
+
+
+def test_auto_keeps_the_ring_where_the_backend_op_loses_to_it() -> None:
+    """Where the engine runs an op's steps as rings (cfg.ring_ops: gloo's own
+    reduce-scatter is about half a ring's speed) auto's default is the ring, not
+    native, unless the cost model prices native for that op."""
+    topo = parse_spec("3+5@nic=200mbit")
+    count = (64 << 20) // 4 // 8
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", CPU).algo == "ring"
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", PlannerConfig()).algo == "native"
+    fast = dataclasses.replace(CPU, params=CPU.params.with_factors({"native:reduce_scatter": 0.5}))
+    assert make_plan("reduce_scatter", count, 4, topo, "auto", fast).algo == "native"
