@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from hocc.plan.memo import memo
 from hocc.plan.types import Plan, Step
 from hocc.topology import Topology
 from hocc.topology.links import LinkModel
@@ -144,11 +145,7 @@ class _Places:
 
 def places_of(topo: Topology) -> _Places:
     """Where each rank sits, computed once per topology object."""
-    cached = getattr(topo, "_hocc_places", None)
-    if cached is None:
-        cached = _Places(topo)
-        topo._hocc_places = cached  # type: ignore[attr-defined]
-    return cached
+    return memo(topo, "places", lambda: _Places(topo))
 
 
 def _edge_links(a: int, b: int, places: _Places) -> tuple[str, list[tuple[str, str]]]:
@@ -229,11 +226,8 @@ def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[
 
 
 def _shape_cache(topo: Topology) -> dict[Any, _Shape]:
-    cache = getattr(topo, "_hocc_shapes", None)
-    if cache is None:
-        cache = {}
-        topo._hocc_shapes = cache  # type: ignore[attr-defined]
-    return cache
+    shapes: dict[Any, _Shape] = memo(topo, "shapes", dict)
+    return shapes
 
 
 def step_load(step: Step, elem_size: int, topo: Topology, places: _Places | None = None,

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from hocc.plan.cost import CostParams
+from hocc.plan.memo import memo
 from hocc.topology import Topology
 from hocc.topology.links import LinkModel
 
@@ -56,14 +57,13 @@ class Summary:
 
 
 def summarize(topo: Topology) -> Summary:
-    cached: Summary | None = getattr(topo, "_hocc_nccl_summary", None)
-    if cached is None:
+    def make() -> Summary:
         infos = topo.host_infos()
-        cached = Summary(topo.world_size, len(infos), max(len(h.ranks) for h in infos),
-                         min(h.nics for h in infos), len({h.switch for h in infos}),
-                         all(h.fabric == "nvswitch" for h in infos))
-        topo._hocc_nccl_summary = cached  # type: ignore[attr-defined]
-    return cached
+        return Summary(topo.world_size, len(infos), max(len(h.ranks) for h in infos),
+                       min(h.nics for h in infos), len({h.switch for h in infos}),
+                       all(h.fabric == "nvswitch" for h in infos))
+
+    return memo(topo, "nccl_summary", make)
 
 
 def _bytes(collective: str, count: int, elem_size: int, world: int) -> float:

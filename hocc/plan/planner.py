@@ -9,10 +9,12 @@ builds no 32-chunk plan; only the winner is built."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hocc.plan.buffers import route_buffers
 from hocc.plan.cost import CostParams, PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import build_ho_ring
+from hocc.plan.memo import memo
 from hocc.plan.native import build_native
 from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.ring import build_ring, ring_tier
@@ -100,10 +102,7 @@ def price_ho_ring(collective: str, topo: Topology, count: int, elem_size: int, c
 def _unit_chunk(collective: str, topo: Topology, cfg: PlannerConfig) -> Plan | None:
     """One chunk's HO-Ring plan at the smallest piece (every step's segment is
     that piece times a constant), built once per topology object."""
-    cache = getattr(topo, "_hocc_units", None)
-    if cache is None:
-        cache = {}
-        topo._hocc_units = cache  # type: ignore[attr-defined]
+    cache: dict[Any, Plan | None] = memo(topo, "ho_ring_units", dict)
     key = (collective, cfg.ring_ops, cfg.host_impl)
     if key not in cache:
         cache[key] = build_ho_ring(collective, topo, 1, 1, cfg.ring_ops, cfg.host_impl)
