@@ -93,7 +93,7 @@ def test_known_placements() -> None:
         plan = build_ho_ring_uneven("all_reduce", parse_spec(spec), 5003, 4, host_impl="shm")
         assert plan is not None
         simulate(plan)
-        rail = next(s for s in plan.steps if s.op == "all_reduce")
+        rail = next(s for s in plan.steps if s.collective == "all_reduce")
         assert len(rail.groups) == intervals  # sum(G_h) - N + 1 when no cuts coincide, fewer when they do
         assert all(len(g.ranks) == len(spec.split("+")) for g in rail.groups)  # every ring spans every host
         assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}
@@ -141,7 +141,7 @@ def test_simulator_rules_for_several_groups() -> None:
                 dataclasses.replace(rail, groups=rail.groups[1:]),
                 dataclasses.replace(plan.steps[0], impl="shm", groups=(*plan.steps[0].groups, g0))):
         steps = list(plan.steps)
-        steps[i if bad.op == "all_reduce" else 0] = bad
+        steps[i if bad.collective == "all_reduce" else 0] = bad
         with pytest.raises(PlanError):
             simulate(dataclasses.replace(plan, steps=steps))
 

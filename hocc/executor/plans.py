@@ -11,8 +11,8 @@ from hocc.plan.types import Plan
 
 def to_native(plan: Plan) -> Any:
     lay = plan.layout
-    steps = [(s.stage, s.chunk, s.op, s.impl, s.src, s.dst, [(list(g.ranks), g.offset, g.seg) for g in s.groups])
-             for s in plan.steps]
+    steps = [(s.stage, s.chunk, s.collective, s.impl, s.src, s.dst,
+              [(list(g.ranks), g.offset, g.seg) for g in s.groups]) for s in plan.steps]
     layout = (lay.blocks, lay.block_elems, lay.chunks, lay.piece, list(lay.order))
     return load().Plan(plan.collective, plan.world, plan.stages, layout, plan.work_at, plan.pack, steps)
 

@@ -31,7 +31,7 @@ def is_identity(collective: str, lay: Layout) -> bool:
 
 
 def _region(s: Step, offset: int, seg: int, members: int) -> tuple[int, int]:
-    return offset, offset + (seg if s.op == "all_reduce" else members * seg)
+    return offset, offset + (seg if s.collective == "all_reduce" else members * seg)
 
 
 def stage0_reads_everything(plan: Plan) -> bool:

@@ -210,19 +210,19 @@ def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[
     """The step's shape (cached by structure) and the segment it scales by."""
     segs = {g.seg for g in step.groups}
     if len(segs) == 1:
-        key: Any = (step.op, step.impl, tuple(g.ranks for g in step.groups))
+        key: Any = (step.collective, step.impl, tuple(g.ranks for g in step.groups))
         if key not in cache:
-            cache[key] = _shape(step.op, step.impl, key[2], places)
+            cache[key] = _shape(step.collective, step.impl, key[2], places)
         return cache[key], float(segs.pop())
     # unequal segments: fold each group's segment into its own shape
     unit: dict[tuple[str, str], float] = {}
-    parts = [_shape(step.op, step.impl, (g.ranks,), places) for g in step.groups]
+    parts = [_shape(step.collective, step.impl, (g.ranks,), places) for g in step.groups]
     for g, p in zip(step.groups, parts, strict=True):
         for k, v in p.unit.items():
             unit[k] = unit.get(k, 0.0) + v * g.seg
     tiers = frozenset().union(*(p.tiers for p in parts)) if parts else frozenset()
     hops = max((p.hops for p in parts), default=0)
-    return _Shape(f"{step.impl}:{step.op}", unit, hops, tiers, step.impl == "ring", step.impl == "shm"), 1.0
+    return _Shape(f"{step.impl}:{step.collective}", unit, hops, tiers, step.impl == "ring", step.impl == "shm"), 1.0
 
 
 def _shape_cache(topo: Topology) -> dict[Any, _Shape]:

@@ -34,7 +34,7 @@ def check_structure(plan: Plan) -> None:
         for g in s.groups:
             if len(set(g.ranks)) != len(g.ranks):
                 raise PlanError(f"a rank listed twice in one group: {s}")
-            n = 1 if s.op == "all_reduce" else len(g.ranks)
+            n = 1 if s.collective == "all_reduce" else len(g.ranks)
             lo, hi = g.offset, g.offset + n * g.seg
             if g.offset < 0 or hi > size:
                 raise PlanError(f"region out of the work buffer ({size}): {s}")
@@ -55,7 +55,7 @@ def _regions(s: Step) -> list[tuple[int, int, int]]:
     """(rank, start, end) touched by a step."""
     out = []
     for g in s.groups:
-        n = 1 if s.op == "all_reduce" else len(g.ranks)
+        n = 1 if s.collective == "all_reduce" else len(g.ranks)
         out += [(r, g.offset, g.offset + n * g.seg) for r in g.ranks]
     return out
 
@@ -77,27 +77,27 @@ def check_races(plan: Plan) -> None:
 def _apply(step: Step, vals: list[np.ndarray], cnts: list[np.ndarray]) -> None:
     for g in step.groups:
         n = len(g.ranks)
-        if step.op == "all_reduce":
+        if step.collective == "all_reduce":
             sl = slice(g.offset, g.offset + g.seg)
             v = sum(vals[r][sl] for r in g.ranks) % PRIME
             c = sum(cnts[r][sl] for r in g.ranks)
             for r in g.ranks:
                 vals[r][sl], cnts[r][sl] = v, c
-        elif step.op == "reduce_scatter":
+        elif step.collective == "reduce_scatter":
             region = slice(g.offset, g.offset + n * g.seg)
             segs = [slice(g.offset + i * g.seg, g.offset + (i + 1) * g.seg) for i in range(n)]
             sums = [(sum(vals[r][sl] for r in g.ranks) % PRIME, sum(cnts[r][sl] for r in g.ranks)) for sl in segs]
             for i, r in enumerate(g.ranks):
                 vals[r][region], cnts[r][region] = POISON, POISON
                 vals[r][segs[i]], cnts[r][segs[i]] = sums[i]
-        elif step.op == "all_gather":
+        elif step.collective == "all_gather":
             segs = [slice(g.offset + i * g.seg, g.offset + (i + 1) * g.seg) for i in range(n)]
             own = [(vals[r][segs[i]].copy(), cnts[r][segs[i]].copy()) for i, r in enumerate(g.ranks)]
             for r in g.ranks:
                 for i in range(n):
                     vals[r][segs[i]], cnts[r][segs[i]] = own[i]
         else:
-            raise PlanError(f"unknown op {step.op}")
+            raise PlanError(f"unknown op {step.collective}")
 
 
 def _schedule(plan: Plan, rng: random.Random) -> list[Step]:
@@ -195,7 +195,7 @@ def nic_traffic(plan: Plan, host_of: dict[int, str], switch_of: dict[str, str] |
                 b = g.ranks[(i + 1) % n]
                 if host_of[a] == host_of[b]:
                     continue
-                sent = (n - 1) * g.seg if s.op != "all_reduce" else 2 * g.seg - part[i] - part[(i + 1) % n]
+                sent = (n - 1) * g.seg if s.collective != "all_reduce" else 2 * g.seg - part[i] - part[(i + 1) % n]
                 nic[host_of[a]] += sent
                 if switch_of and switch_of[host_of[a]] != switch_of[host_of[b]]:
                     trunk[switch_of[host_of[a]]] += sent

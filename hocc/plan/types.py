@@ -75,7 +75,7 @@ class GroupSlice:
 class Step:
     stage: int
     chunk: int
-    op: str
+    collective: str  # the step's collective; the reduction is the call's, not the plan's
     impl: str
     tier: str
     groups: tuple[GroupSlice, ...]
@@ -147,7 +147,7 @@ class Plan:
     def from_dict(d: dict[str, Any]) -> Plan:
         lay = d["layout"]
         layout = Layout(lay["blocks"], lay["block_elems"], lay["chunks"], lay["piece"], tuple(lay["order"]))
-        steps = [Step(s["stage"], s["chunk"], s["op"], s["impl"], s["tier"],
+        steps = [Step(s["stage"], s["chunk"], s.get("collective", s.get("op", "")), s["impl"], s["tier"],
                       tuple(GroupSlice(tuple(g["ranks"]), g["offset"], g["seg"]) for g in s["groups"]),
                       s.get("src", "work"), s.get("dst", "work"))
                  for s in d["steps"]]
@@ -172,7 +172,8 @@ class Plan:
         for s in self.steps:
             groups = " ".join(f"{list(g.ranks)}@{g.offset}+{g.seg}" for g in s.groups)
             bufs = f" {s.src}->{s.dst}" if (s.src, s.dst) != ("work", "work") else ""
-            lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.op:<14} {s.impl:<6} {s.tier:<5} {groups}{bufs}")
+            lines.append(f"  stage {s.stage} chunk {s.chunk}: {s.collective:<14} {s.impl:<6} {s.tier:<5} "
+                         f"{groups}{bufs}")
         return "\n".join(lines)
 
 
