@@ -22,8 +22,12 @@ def summarize(paths: list[str]) -> str:
            "`bench/run_uneven.sh` (commands and full tables in the matching .md files). `x native` and",
            "`x ring` are busbw ratios (above 1: faster); `ring` is what `ho_ring` ran before this change",
            "on these placements (the topology-ordered ring), and still runs for all_gather /",
-           "reduce_scatter there. The machine (2 cores) was shared with other agents' tests during the",
-           "runs, so small sizes are noisy.", ""]
+           "reduce_scatter there, so where `auto ran` says ring, auto and ring ran the same plan and their",
+           "difference is run-to-run noise (the per-rank spread of these runs is up to ~10%). The machine",
+           "(2 cores) was shared with other agents' tests during the runs. Link bound: HO-Ring's",
+           "2(N-1)/N or (N-1)/N * S over the NIC rate, which for all_gather / reduce_scatter on unequal",
+           "hosts no plan reaches (the least the busiest host must move is (W - G_min)/W * S; see",
+           "uneven-nic-bytes.md).", ""]
     for path in paths:
         doc = json.loads(Path(path).read_text())
         by: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
@@ -31,8 +35,8 @@ def summarize(paths: list[str]) -> str:
             by[(r["op"], r["size"])][r["algo"]] = r
         out += [f"## {doc['meta']['topology']} ({Path(path).stem})", "",
                 "| op | size | native ms | ring ms | ho_ring ms | auto ms | ho_ring x native | ho_ring x ring "
-                "| auto x ring | ho_ring % of link bound |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                "| auto x ring | auto ran | ho_ring % of link bound |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         worst: dict[str, tuple[float, int]] = {}
         for (op, size), rows in sorted(by.items(), key=lambda kv: (list(dict.fromkeys(
                 r["op"] for r in doc["results"])).index(kv[0][0]), kv[0][1])):
@@ -44,11 +48,12 @@ def summarize(paths: list[str]) -> str:
             auto_ring = t["ring"] / t["auto"]
             if op not in worst or auto_ring < worst[op][0]:
                 worst[op] = (auto_ring, size)
-            out.append(f"| {op} | {size >> 20} MiB | {t['native']:.0f} | {t['ring']:.0f} | {t['ho_ring']:.0f} | "
+            mib = round(size / 2**20)
+            out.append(f"| {op} | {mib} MiB | {t['native']:.0f} | {t['ring']:.0f} | {t['ho_ring']:.0f} | "
                        f"{t['auto']:.0f} | {t['native'] / t['ho_ring']:.2f}x | {t['ring'] / t['ho_ring']:.2f}x | "
-                       f"{auto_ring:.2f}x | {frac} |")
+                       f"{auto_ring:.2f}x | {rows['auto'].get('ran', '?')} | {frac} |")
         out += ["", "auto against the ring fallback, worst size per op: " + "; ".join(
-            f"{op} {v:.2f}x at {s >> 20} MiB" for op, (v, s) in worst.items()), ""]
+            f"{op} {v:.2f}x at {round(s / 2**20)} MiB" for op, (v, s) in worst.items()), ""]
     return "\n".join(out)
 
 
