@@ -86,7 +86,7 @@ def main() -> None:
     for key, meas in sorted(by.items()):
         if len(meas) < 2:
             continue
-        pick = choose({a: Prediction(a, t) for a, t in pby[key].items()}, cfg)
+        pick = choose({a: Prediction(a, t) for a, t in pby[key].items()}, cfg, key[1])
         best = min(meas, key=lambda a: meas[a])
         good, near = pick == best, meas[pick] <= 1.10 * meas[best]
         n, strict, tol = n + 1, strict + good, tol + near

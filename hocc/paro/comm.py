@@ -129,7 +129,7 @@ def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: i
         count = _count(c, numel, world, group)
         sub, scfg = where[c.where]
         preds = predict_all(c.op, count, elem_size, sub, scfg)
-        pick = choose(preds, scfg)
+        pick = choose(preds, scfg, c.op)
         if c.where == "host":
             intra, ir = _volumes(c.op, group, count)
             inter, er = 0.0, 0

@@ -18,7 +18,7 @@ from hocc.topology import Topology
 
 def first_chunk_plan(topo: Topology, op: str, count: int, elem: int, cfg: PlannerConfig) -> Plan:
     """auto's plan with one chunk (every chunk runs the same rings)."""
-    pick = choose(predict_all(op, count, elem, topo, cfg), cfg)
+    pick = choose(predict_all(op, count, elem, topo, cfg), cfg, op)
     if pick == "ho_ring":
         plan = build_ho_ring(op, topo, count, 1, cfg.ring_ops, cfg.host_impl)
         assert plan is not None

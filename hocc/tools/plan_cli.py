@@ -154,7 +154,7 @@ def crossovers(op: str, sizes: list[int], picks: list[str], elem: int, topo: Top
             mid = int((left * right) ** 0.5) // unit * unit or unit
             if mid <= left or mid >= right:
                 break
-            if choose(predictions(op, mid, elem, topo, cfg), cfg) == a:
+            if choose(predictions(op, mid, elem, topo, cfg), cfg, op) == a:
                 left = mid
             else:
                 right = mid
@@ -201,7 +201,7 @@ def run(a: argparse.Namespace) -> int:
         print(f"# {'':>10} " + "".join(f"{'time  busbw(GB/s)':>26}" for _ in algos))
         for size in sizes:
             preds = predictions(op, size, elem, topo, cfg)
-            pick = choose(preds, cfg)
+            pick = choose(preds, cfg, op)
             picks.append(pick)
             nccl = ""
             if cfg.params.native == "nccl":  # which algorithm/protocol NCCL would pick
