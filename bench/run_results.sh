@@ -2,11 +2,12 @@
 # Regenerates bench/results/: every emulated scenario, the three ops, 64 KiB to
 # 64 MiB, native against ho_ring and auto (ring too where placement matters).
 # Needs root. Takes about 25 minutes on 2 cores; run nothing else meanwhile.
+# OUT=dir MIN=64M (for example) writes a shorter run elsewhere, to compare with bench/compare_runs.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-OUT=bench/results
-ARGS=(-b ${MIN:-64K} -e 64M -f 4 -n 3 -w 1 -c 1 --op all)
+OUT=${OUT:-bench/results}
+ARGS=(-b ${MIN:-64K} -e ${MAX:-64M} -f 4 -n 3 -w 1 -c ${CHECK:-1} --op all)
 run() {  # name scenario rate algos
   local name=$1 scenario=$2 rate=$3 algos=$4
   local cmd=("$PY" bench/cluster.py "$scenario" --rate "$rate" -- "${ARGS[@]}" --algo "$algos"

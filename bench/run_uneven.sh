@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-OUT=bench/results
+OUT=${OUT:-bench/results}
 # -c 0: the check builds every rank's input in float64 on every rank (W x 8 B x S), which at 64 MiB
 # and 8-11 ranks does not fit in 24 GiB; correctness is the tests' job (tests/test_collectives_uneven.py)
 ARGS=(-b ${MIN:-1M} -e 64M -f 4 -n ${ITERS:-3} -w 1 -c ${CHECK:-0} --op all --algo native,ring,ho_ring,auto)

@@ -24,11 +24,10 @@ from hocc.paro.memory import scope_elems
 from hocc.paro.strategy import Collective, Strategy, parse
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig, choose, predict_all
+from hocc.plan.policy import device_of, planner_settings
 from hocc.topology import Link, Topology
 
-RING_OPS = {"gloo": ("reduce_scatter", "all_gather"), "nccl": ()}
-GPU_PARAMS = CostParams(launch=20e-6, ring_step=5e-6, copy_bandwidth=1e12)
-"""As `hocc plan --backend nccl` assumes without a calibrated file."""
+BACKENDS = ("gloo", "nccl")
 
 
 @dataclass(frozen=True)
@@ -68,15 +67,12 @@ class StepComm:
 
 
 def planner_config(topo: Topology, backend: str) -> PlannerConfig:
-    """What hocc's engine plans with on this backend (hocc/engine/engine.py):
-    gloo: p2p rings for reduce-scatter / all-gather stages, shared memory for
-    host stages, chunks of at most 0.1 s of NIC time between hosts."""
-    if backend not in RING_OPS:
-        raise ValueError(f"backend must be one of {sorted(RING_OPS)}, got {backend!r}")
-    params = CostParams.from_dict(topo.cost) if topo.cost else GPU_PARAMS if backend == "nccl" else CostParams()
-    cpu = backend == "gloo"
-    return PlannerConfig(ring_ops=RING_OPS[backend], host_impl="shm" if cpu else "", params=params,
-                         max_chunk_bytes=int(topo.links.nic.bandwidth * 0.1) if cpu else None)
+    """What hocc's engine plans with on this backend (hocc.plan.policy), with
+    the topology file's calibrated costs where it has them."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    params = CostParams.from_dict(topo.cost) if topo.cost else CostParams()
+    return planner_settings(PlannerConfig(params=params), device_of(backend), topo)
 
 
 def _shared(topo: Topology, ways: int, cfg: PlannerConfig) -> tuple[Topology, PlannerConfig]:
