@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from hocc.topology.detect.pci import assign_nearest
+
 NVSWITCH_CLASS = "0x068000"  # an NVLink whose far end is this PCI class is an NVSwitch
 
 
@@ -42,22 +44,7 @@ def read_dump(path: str | Path) -> dict[str, Any]:
     walk(root, [])
     gpus.sort()
 
-    def shared(a: list[str], b: list[str]) -> int:
-        n = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-
-    gpu_nic = None
-    if nics:
-        taken = [0] * len(nics)
-        gpu_nic = []
-        for _, _, chain, _ in gpus:
-            best = max(range(len(nics)), key=lambda i: (shared(chain, nics[i][1]), -taken[i], -i))
-            taken[best] += 1
-            gpu_nic.append(best)
+    gpu_nic = assign_nearest([chain for _, _, chain, _ in gpus], [n[1] for n in nics]) if nics else None
     switched = bool(gpus) and len(gpus) > 1 and all(
         links and all(link.get("tclass") == NVSWITCH_CLASS for link in links) for _, _, _, links in gpus)
     return {"gpus": [g[1] for g in gpus], "nics": [n for n, _ in nics], "gpu_nic": gpu_nic, "nvswitch": switched,

@@ -20,7 +20,8 @@ def device_path(pci: str, root: str | Path = "/") -> list[str] | None:
     return [p for p in parts if p.startswith("pci") or ":" in p]
 
 
-def _shared(a: list[str], b: list[str]) -> int:
+def shared_prefix(a: list[str], b: list[str]) -> int:
+    """How many leading PCI path elements two devices share (more: closer)."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -37,11 +38,16 @@ def nearest_nics(gpu_pcis: Sequence[str | None], nic_pcis: Sequence[str | None],
     nics = [device_path(p, root) if p else None for p in nic_pcis]
     if not nics or any(g is None for g in gpus) or any(n is None for n in nics):
         return None
+    return assign_nearest([g or [] for g in gpus], [n or [] for n in nics])
+
+
+def assign_nearest(gpus: Sequence[list[str]], nics: Sequence[list[str]]) -> list[int]:
+    """Each GPU's NIC by longest shared PCI path; ties go to the NIC with fewer
+    GPUs so far (spread evenly), then the lower index."""
     taken = [0] * len(nics)
     out = []
     for g in gpus:
-        assert g is not None
-        best = max(range(len(nics)), key=lambda i: (_shared(g, nics[i] or []), -taken[i], -i))
+        best = max(range(len(nics)), key=lambda i: (shared_prefix(g, nics[i]), -taken[i], -i))
         taken[best] += 1
         out.append(best)
     return out
