@@ -3,7 +3,8 @@
 # build hocc._C with CUDA/NCCL there, print what it links, then run
 # bench/gpu_check.py (NCCL world of one, 8 in-process ranks on the GPU checked
 # against torch, reduction kernels vs device copy). Results under $OUT (or /tmp).
-# Uses the machine's own python3, torch, pybind11 and NCCL package: nothing is fetched.
+# Uses the machine's own python3, torch (its headers and pybind11) and NCCL package: nothing is
+# fetched; without ninja there, torch's build falls back to compiling one file at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hocc-gpu-check}

@@ -49,12 +49,14 @@ class Communicators:
                 comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n, self.info.timeout,
                                   self.shm_piece_bytes, self.shm_wait)
             else:
-                comm = c.c10d_comm(self._backend(stage, members), me, n)
+                comm = c.c10d_comm(self._backend(stage, members, impl), me, n)
             self.transport.add(stage, list(members), impl, comm)
 
-    def _backend(self, stage: int, members: tuple[int, ...]) -> Any:
-        if members == tuple(range(self.info.size)) and stage == 0:
-            return self.info.inner  # the whole group: its own backend
+    def _backend(self, stage: int, members: tuple[int, ...], impl: str) -> Any:
+        if impl == "native" and members == tuple(range(self.info.size)) and stage == 0:
+            # the whole group's own collective: its own backend. Ring steps never use it, so their
+            # point-to-point messages cannot meet the caller's own send/recv on that backend
+            return self.info.inner
         key = (stage, members)
         if key not in self._pgs:
             self._pgs[key] = self._create(stage, members)
