@@ -5,7 +5,7 @@ caller's current stream (no host thread blocks, no Python in the loop)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +30,3 @@ class NcclRunner:
     def stream(self) -> int:
         """The caller's current stream, which the run is ordered on."""
         return int(torch.cuda.current_stream(self.device).cuda_stream)
-
-    def prepare(self, plan: Any) -> None:
-        """Nothing to set up from Python: the executor splits communicators itself."""
