@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 import hocc
 from tests.cases import check_all, check_list_forms
-from tests.worlds import run_world
+from tests.worlds import hocc_env, run_world
 
 
 def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
@@ -33,12 +33,7 @@ def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
     ("2x2x2", "2", "net", ""), ("3+5", "", "shm", ""), ("8", "", "shm", "4096"), ("8", "", "net", ""),
 ])
 def test_eight_ranks(spec: str, chunks: str, transport: str, piece: str) -> None:
-    env = {"HOCC_TOPOLOGY": spec, "HOCC_HOST_TRANSPORT": transport}
-    if chunks:
-        env["HOCC_CHUNKS"] = chunks
-    if piece:
-        env["HOCC_SHM_PIECE_BYTES"] = piece
-    run_world(8, _world_body, spec, transport, env=env)
+    run_world(8, _world_body, spec, transport, env=hocc_env(spec, transport, chunks, piece))
 
 
 def _subgroups_body(rank: int, world: int) -> None:

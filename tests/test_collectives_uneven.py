@@ -13,7 +13,7 @@ import torch
 
 import hocc
 from tests.cases import check_all
-from tests.worlds import run_world
+from tests.worlds import hocc_env, run_world
 
 SMALL = (torch.float32, torch.int64, torch.bfloat16)
 
@@ -33,13 +33,8 @@ def _body(rank: int, world: int, transport: str, full: bool) -> None:
     ("1+7", "3", "net", ""), ("2+3+3", "2", "shm", "4096"), ("4+4+3", "", "shm", ""),
 ])
 def test_unequal_hosts(spec: str, chunks: str, transport: str, piece: str) -> None:
-    env = {"HOCC_TOPOLOGY": spec, "HOCC_HOST_TRANSPORT": transport}
-    if chunks:
-        env["HOCC_CHUNKS"] = chunks
-    if piece:
-        env["HOCC_SHM_PIECE_BYTES"] = piece
     world = sum(int(x) for x in spec.split("+"))
-    run_world(world, _body, transport, True, env=env)
+    run_world(world, _body, transport, True, env=hocc_env(spec, transport, chunks, piece))
 
 
 def test_three_levels_unequal_switches(tmp_path: Path) -> None:

@@ -15,6 +15,16 @@ from typing import Any
 import torch.multiprocessing as mp
 
 
+def hocc_env(topology: str, host_transport: str, chunks: str = "", shm_piece_bytes: str = "") -> dict[str, str]:
+    """The HOCC_* settings of a multi-process test case ('' leaves a setting at its default)."""
+    env = {"HOCC_TOPOLOGY": topology, "HOCC_HOST_TRANSPORT": host_transport}
+    if chunks:
+        env["HOCC_CHUNKS"] = chunks
+    if shm_piece_bytes:
+        env["HOCC_SHM_PIECE_BYTES"] = shm_piece_bytes
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
