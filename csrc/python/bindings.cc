@@ -107,13 +107,12 @@ class InProcRunner {
   // fail_rank >= 0 makes that rank fail before its first step (to test that peers do not hang)
   void run(const Plan& plan, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
            const std::vector<uintptr_t>& works, const std::string& dtype, const std::string& op, int fail_rank) {
-    const auto& bufs = inputs;
     if (int(inputs.size()) != world_.size() || outputs.size() != inputs.size() || works.size() != inputs.size())
       throw Error("hocc in-process: need " + std::to_string(world_.size()) + " inputs, outputs and work buffers");
     DType t = parse_dtype(dtype);
     RedOp o = parse_op(op);
     const bool average = op == "avg";
-    std::vector<std::string> errors(bufs.size());
+    std::vector<std::string> errors(inputs.size());
     {
       py::gil_scoped_release nogil;
       world_.reset();
