@@ -82,13 +82,6 @@ class Step:
     src: str = "work"
     dst: str = "work"
 
-    def group_of(self, rank: int) -> GroupSlice | None:
-        """The first group `rank` belongs to (see groups_of: there may be several)."""
-        for g in self.groups:
-            if rank in g.ranks:
-                return g
-        return None
-
     def groups_of(self, rank: int) -> tuple[GroupSlice, ...]:
         """Every group `rank` belongs to in this step, in the order to run them."""
         return tuple(g for g in self.groups if rank in g.ranks)
