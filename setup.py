@@ -27,6 +27,7 @@ ROOT = Path(__file__).parent
 CPU_SOURCES = [
     "csrc/core/types.cc",
     "csrc/core/plan.cc",
+    "csrc/core/call.cc",
     "csrc/kernels/reduce_cpu.cc",
     "csrc/device/cpu_device.cc",
     "csrc/transport/ring.cc",

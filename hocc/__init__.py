@@ -21,6 +21,7 @@ from hocc.backend.ddp_hook import ddp_comm_hook
 from hocc.backend.process_group import HoccProcessGroup, register
 from hocc.config import Config, configure, get_config
 from hocc.engine.engine import reset_engines
+from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.work import Work
 from hocc.plan import Plan, make_plan
 from hocc.topology import Topology, parse_spec
@@ -30,7 +31,8 @@ __version__ = "0.1.0"
 register()  # dist.init_process_group("hocc") from here on
 
 __all__ = [
-    "Config", "HoccError", "HoccProcessGroup", "Plan", "ReduceOp", "Topology", "Work", "__version__", "all_gather",
+    "CallMismatchError", "CollectiveError", "Config", "HoccError",
+    "HoccProcessGroup", "Plan", "ReduceOp", "Topology", "Work", "__version__", "all_gather",
     "all_gather_into_tensor", "all_gather_single", "all_reduce", "configure", "ddp_comm_hook", "get_config",
     "last_plan", "make_plan", "parse_spec", "plan_for", "reduce_scatter", "reduce_scatter_single",
     "reduce_scatter_tensor", "reset_engines",

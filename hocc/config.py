@@ -29,6 +29,11 @@ class Config:
     shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
       kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
       1 ms, then futex) or 'sleep' (backoff).
+    check: compare every rank's call (collective, count, dtype, reduction op,
+      algo, call number) before each collective and raise on every rank,
+      naming what differs, on a mismatch (HOCC_CHECK=1; one small all-gather
+      per call). Without it a mismatch still raises on every rank: each
+      communicator checks the call at its first message.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -39,6 +44,7 @@ class Config:
     host_transport: str = "auto"
     shm_piece_bytes: int = 256 << 10
     shm_wait: str = "futex"
+    check: bool = False
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -58,6 +64,8 @@ class Config:
             cfg = replace(cfg, debug=True)
         if env.get("HOCC_TRACE", "0") not in ("", "0", "false", "False"):
             cfg = replace(cfg, trace=True)
+        if env.get("HOCC_CHECK", "0") not in ("", "0", "false", "False"):
+            cfg = replace(cfg, check=True)
         if env.get("HOCC_RING_OPS"):
             ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
             bad = [o for o in ops if o not in OPS]

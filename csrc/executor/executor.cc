@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -57,43 +59,100 @@ std::vector<std::vector<Executor::Item>> Executor::my_steps(const Plan& plan) co
   return lanes;
 }
 
+void Executor::inject_fault(int stage, const std::string& action) {
+  if (action != "raise" && action != "kill" && action != "stop" && action != "exit" && action.rfind("run:", 0))
+    throw Error("hocc: unknown fault '" + action + "'; use raise, kill, stop, exit or run:<command>");
+  fault_stage_ = stage, fault_action_ = action;
+}
+
+namespace {
+
+const char* op_word(Op op) {
+  switch (op) {
+    case Op::all_reduce: return "all_reduce";
+    case Op::all_gather: return "all_gather";
+    case Op::reduce_scatter: return "reduce_scatter";
+  }
+  return "?";
+}
+
+const char* impl_word(Impl i) {
+  switch (i) {
+    case Impl::ring: return "ring";
+    case Impl::shm: return "shm";
+    default: return "native";
+  }
+}
+
+std::string ranks_of(const GroupSlice& g) {
+  std::string s;
+  for (size_t i = 0; i < g.ranks.size(); ++i) s += (i ? "," : "") + std::to_string(g.ranks[i]);
+  return s;
+}
+
+}  // namespace
+
 void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
   const Step& s = *it.step;
-  const size_t es = dtype_size(r.t);
-  for (const GroupSlice* g : it.groups) {
-    const size_t off = g->offset * es, seg = g->seg;
-    const char* src = r.buf(s.src) + off;
-    char* dst = r.buf(s.dst) + off;
-    if (g->ranks.size() == 1) {  // alone: the result is the input, wherever the plan wants it
-      if (s.op == Op::all_gather && s.src == Buf::input) src = r.input;
-      if (s.op == Op::reduce_scatter && s.dst == Buf::output) dst = r.output;
-      copy_in(src, dst, seg, r.t, lane);
-      continue;
+  if (s.stage == fault_stage_) {
+    const std::string action = fault_action_;
+    fault_stage_ = -1;
+    if (action == "kill") ::raise(SIGKILL);
+    if (action == "stop") ::raise(SIGSTOP);
+    if (action == "exit") std::_Exit(3);
+    if (action.rfind("run:", 0) == 0) {  // e.g. cut this host's link, then go on with the step
+      if (std::system(action.substr(4).c_str()) != 0)
+        throw Error("hocc: the injected command failed: " + action.substr(4));
+    } else {
+      throw Error("hocc: a fault injected at stage " + std::to_string(s.stage));
     }
-    Comm& c = t_.comm(s.stage, g->ranks, s.impl);
-    const bool ring = s.impl == Impl::ring;
-    switch (s.op) {
-      case Op::all_reduce:
-        ring ? ring_all_reduce(c, src, dst, seg, r.t, r.op, lane) : c.all_reduce(src, dst, seg, r.t, r.op, lane);
-        break;
-      case Op::reduce_scatter:
-        if (s.dst == Buf::output)  // torch.distributed's form: our segment only, into the caller's output
-          c.reduce_scatter_out(src, r.output, seg, r.t, r.op, lane);
-        else if (ring)
-          ring_reduce_scatter(c, src, dst, seg, r.t, r.op, lane);
-        else
-          c.reduce_scatter(src, dst, seg, r.t, r.op, lane);
-        break;
-      case Op::all_gather:
-        // our segment: the caller's input as a whole, or our segment of the region
-        src = s.src == Buf::input ? r.input : src + size_t(c.me) * seg * es;
-        ring ? ring_all_gather(c, src, dst, seg, r.t, lane) : c.all_gather(src, dst, seg, r.t, lane);
-        break;
+  }
+  for (const GroupSlice* g : it.groups) {
+    try {
+      run_group(s, *g, r, lane);
+    } catch (const std::exception& e) {
+      throw Error("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
+                  impl_word(s.impl) + " " + op_word(s.op) + " over ranks [" + ranks_of(*g) + "]: " + e.what());
     }
   }
 }
 
-void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, bool average, void* caller_stream) {
+void Executor::run_group(const Step& s, const GroupSlice& gs, const Run& r, const Lane& lane) {
+  const size_t es = dtype_size(r.t);
+  const GroupSlice* g = &gs;
+  const size_t off = g->offset * es, seg = g->seg;
+  const char* src = r.buf(s.src) + off;
+  char* dst = r.buf(s.dst) + off;
+  if (g->ranks.size() == 1) {  // alone: the result is the input, wherever the plan wants it
+    if (s.op == Op::all_gather && s.src == Buf::input) src = r.input;
+    if (s.op == Op::reduce_scatter && s.dst == Buf::output) dst = r.output;
+    copy_in(src, dst, seg, r.t, lane);
+    return;
+  }
+  Comm& c = t_.comm(s.stage, g->ranks, s.impl);
+  const bool ring = s.impl == Impl::ring;
+  switch (s.op) {
+    case Op::all_reduce:
+      ring ? ring_all_reduce(c, src, dst, seg, r.t, r.op, lane) : c.all_reduce(src, dst, seg, r.t, r.op, lane);
+      break;
+    case Op::reduce_scatter:
+      if (s.dst == Buf::output)  // torch.distributed's form: our segment only, into the caller's output
+        c.reduce_scatter_out(src, r.output, seg, r.t, r.op, lane);
+      else if (ring)
+        ring_reduce_scatter(c, src, dst, seg, r.t, r.op, lane);
+      else
+        c.reduce_scatter(src, dst, seg, r.t, r.op, lane);
+      break;
+    case Op::all_gather:
+      // our segment: the caller's input as a whole, or our segment of the region
+      src = s.src == Buf::input ? r.input : src + size_t(c.me) * seg * es;
+      ring ? ring_all_gather(c, src, dst, seg, r.t, lane) : c.all_gather(src, dst, seg, r.t, lane);
+      break;
+  }
+}
+
+void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, bool average, void* caller_stream,
+                   const CallId* call) {
   if (plan.world != t_.size())
     throw Error("hocc: plan is for " + std::to_string(plan.world) + " ranks but the transport has " +
                 std::to_string(t_.size()));
@@ -105,6 +164,7 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (plan.layout.block_elems && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
   Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op};
   t_.prepare(plan);
+  if (call) t_.begin(*call);
   Device& dev = t_.device();
   if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);
   if (trace_)

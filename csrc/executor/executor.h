@@ -13,6 +13,8 @@
 //     stage, handing chunks on through done flags; the first failure aborts
 //     the transport so peers fail instead of waiting, and is rethrown.
 // Trace mode runs the steps one at a time, in wavefront order, and times each.
+// A failing step's error names its stage, chunk, op and group; the transport
+// is then aborted (Transport::abort) so that peers fail instead of waiting.
 #pragma once
 
 #include <string>
@@ -48,8 +50,14 @@ class Executor {
   // average: divide the result by the group size (AVG runs as SUM);
   // caller_stream (CUDA) orders the run after the caller's work and the
   // caller's later work after the run
+  // call: what every member must agree on (core/call.h; null: not checked)
   void run(const Plan& plan, const Buffers& bufs, DType dtype, RedOp op, bool average,
-           void* caller_stream = nullptr);
+           void* caller_stream = nullptr, const CallId* call = nullptr);
+  // For fault tests: in the next run, on reaching a step of `stage`, this rank
+  // fails as `action` says: "raise" (an error here), "kill" (SIGKILL itself),
+  // "stop" (SIGSTOP itself), "exit" (exits at once, as a crashing process) or
+  // "run:<command>" (runs a shell command, e.g. to cut a link, then goes on)
+  void inject_fault(int stage, const std::string& action);
   void set_trace(bool on) { trace_ = on; }
   std::vector<StepTiming> take_timings();
 
@@ -61,6 +69,7 @@ class Executor {
   struct Run;  // one call's buffers and types
   std::vector<std::vector<Item>> my_steps(const Plan& plan) const;  // [stage] -> steps in chunk order
   void run_item(const Item& it, const Run& r, const Lane& lane);
+  void run_group(const Step& s, const GroupSlice& g, const Run& r, const Lane& lane);
   void run_async(const Plan& plan, const Run& r, void* caller_stream);
   void run_threads(const Plan& plan, const Run& r, void* caller_stream);
   void run_traced(const Plan& plan, const Run& r, void* caller_stream);
@@ -69,6 +78,8 @@ class Executor {
   Transport& t_;
   std::vector<void*> streams_;  // one per stage, created on first use
   bool trace_ = false;
+  int fault_stage_ = -1;
+  std::string fault_action_;
   std::vector<StepTiming> timings_;
 };
 

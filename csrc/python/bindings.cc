@@ -7,12 +7,14 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "core/call.h"
 #include "core/plan.h"
 #include "core/types.h"
 #include "device/device.h"
@@ -184,19 +186,28 @@ PYBIND11_MODULE(_C, m) {
       .def("clear", &GroupTransport::clear)
       .def("abort", &GroupTransport::abort, py::arg("why"));
 
+  // call: (seq, plan hash, count, collective, algo), what every member must agree on (core/call.h)
+  using CallTuple = std::tuple<uint64_t, uint64_t, int64_t, std::string, std::string>;
   auto run = [](Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, uintptr_t work,
-                const std::string& dtype, const std::string& op, uintptr_t stream) {
+                const std::string& dtype, const std::string& op, uintptr_t stream, std::optional<CallTuple> call) {
     DType t = parse_dtype(dtype);
     RedOp o = parse_op(op);
+    std::optional<CallId> id;
+    if (call) {
+      auto& [seq, hash, count, collective, algo] = *call;
+      id = make_call_id(seq, hash, count, collective, dtype, op, algo);
+    }
     py::gil_scoped_release nogil;
-    e.run(plan, {ptr(input), ptr(output), ptr(work)}, t, o, op == "avg", ptr(stream));
+    e.run(plan, {ptr(input), ptr(output), ptr(work)}, t, o, op == "avg", ptr(stream), id ? &*id : nullptr);
   };
   auto executor = py::class_<Executor>(m, "Executor", "runs plans for one rank over a transport (executor/executor.h)");
   executor
       .def(py::init([](GroupTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>())
       .def("run", run, py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"), py::arg("dtype"),
-           py::arg("op"), py::arg("stream") = 0)
+           py::arg("op"), py::arg("stream") = 0, py::arg("call") = py::none())
       .def("set_trace", &Executor::set_trace)
+      .def("inject_fault", &Executor::inject_fault, py::arg("stage"), py::arg("action"),
+           "for fault tests: fail in the next run on reaching `stage` (raise, kill, stop or exit)")
       .def("take_timings", [](Executor& e) {
         std::vector<std::tuple<int, int, std::string, double>> out;
         for (const auto& x : e.take_timings()) out.emplace_back(x.stage, x.chunk, op_name(x.op), x.seconds);
@@ -235,6 +246,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("path"), py::arg("me"), py::arg("n"), py::arg("half_bytes"), py::arg("timeout_s"),
            py::arg("wait") = "futex")
       .def_static("segment_bytes", &ShmComm::segment_bytes)
+      .def_static("header_bytes", &ShmComm::header_bytes)
       .def("all_reduce", [](ShmComm& c, uintptr_t buf, size_t count, const std::string& dtype, const std::string& op,
                             uintptr_t src) {
         DType t = parse_dtype(dtype);

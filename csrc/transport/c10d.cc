@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,36 +39,41 @@ c10d::ReduceOp reduce_op(RedOp op) {
   throw Error("hocc c10d: no reduction op for a copy");
 }
 
+// A Comm over a c10d backend (gloo's sub-groups). Before a call's first op on
+// it, members trade CallIds with their ring neighbours (kCheckTag, fixed size):
+// ring steps only ever talk to neighbours, so once each member has checked
+// its predecessor no message of the call can meet a receive of another size
+// (which gloo answers by aborting the process). Point-to-point waits can be
+// woken by abort(); gloo's own collectives end at the group's timeout.
+// the call check's tag: apart from the data (tag 0) and from any tag a caller
+// plausibly uses for its own send/recv on a group whose backend hocc shares
+constexpr int kCheckTag = 0x686f6363;  // "hocc"
+
 class C10dComm final : public Comm {
  public:
   C10dComm(c10::intrusive_ptr<c10d::Backend> pg, int me, int n) : Comm(me, n), pg_(std::move(pg)) {}
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane&) override {
+    agree();
     const size_t es = dtype_size(t);
     char* into = recv;
     if (op != RedOp::none && recv_n) {  // receive beside, then reduce into place
       if (scratch_.size() < recv_n * es) scratch_.resize(recv_n * es);
       into = scratch_.data();
     }
-    guard("a ring step", [&] {
-      std::vector<at::Tensor> s{view(send, send_n, t)}, r{view(into, recv_n, t)};
-      c10::intrusive_ptr<c10d::Work> sw, rw;
-      if (send_n) sw = pg_->send(s, (me + 1) % n, 0);
-      if (recv_n) rw = pg_->recv(r, (me + n - 1) % n, 0);
-      if (sw) sw->wait();
-      if (rw) rw->wait();
-    });
+    pair(view(send, send_n, t), send_n > 0, view(into, recv_n, t), recv_n > 0, 0, "a ring step");
     if (into != recv) reduce_cpu(recv, into, recv_n, t, op);
   }
 
   void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane&) override {
+    agree();
     if (src != dst) reduce_cpu(dst, src, count, t, RedOp::none);
-    guard("all_reduce", [&] {
+    collective("all_reduce", [&] {
       std::vector<at::Tensor> ts{view(dst, count, t)};
       c10d::AllreduceOptions o;
       o.reduceOp = reduce_op(op);
-      pg_->allreduce(ts, o)->wait();
+      return pg_->allreduce(ts, o);
     });
   }
 
@@ -76,6 +82,7 @@ class C10dComm final : public Comm {
   }
 
   void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane&) override {
+    agree();
     const size_t es = dtype_size(t);
     // gloo must not read and write the same memory: an output inside the input goes beside first
     const bool inside = out < src + size_t(n) * seg * es && src < out + seg * es;
@@ -84,16 +91,17 @@ class C10dComm final : public Comm {
       if (scratch_.size() < seg * es) scratch_.resize(seg * es);
       into = scratch_.data();
     }
-    guard("reduce_scatter", [&] {
+    collective("reduce_scatter", [&] {
       at::Tensor o = view(into, seg, t), i = view(src, size_t(n) * seg, t);
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = reduce_op(op);
-      pg_->_reduce_scatter_base(o, i, opts)->wait();
+      return pg_->_reduce_scatter_base(o, i, opts);
     });
     if (inside) std::memcpy(out, into, seg * es);
   }
 
   void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane&) override {
+    agree();
     const size_t es = dtype_size(t);
     const bool inside = src < dst + size_t(n) * seg * es && dst < src + seg * es;
     if (inside) {  // our own segment in place: gloo needs it apart
@@ -101,28 +109,118 @@ class C10dComm final : public Comm {
       std::memcpy(scratch_.data(), src, seg * es);
       src = scratch_.data();
     }
-    guard("all_gather", [&] {
+    collective("all_gather", [&] {
       at::Tensor o = view(dst, size_t(n) * seg, t), i = view(src, seg, t);
-      pg_->_allgather_base(o, i)->wait();
+      return pg_->_allgather_base(o, i);
     });
+  }
+
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
+    for (auto& w : inflight_) w->abort();  // gloo wakes the waiter, which then sees aborted_
   }
 
  private:
   static at::Tensor view(const char* p, size_t count, DType t) {
     return at::from_blob(const_cast<char*>(p), {int64_t(count)}, at::TensorOptions().dtype(scalar_type(t)));
   }
-  template <class F>
-  void guard(const char* what, F&& f) {
+  int next() const { return (me + 1) % n; }
+  int prev() const { return (me + n - 1) % n; }
+
+  bool aborted() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return !aborted_.empty();
+  }
+  void check_usable() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_.empty()) throw Error("hocc: this communicator was aborted earlier (" + aborted_ + ")");
+  }
+
+  // the call's first op here: check our predecessor means the same call
+  void agree() {
+    check_usable();
+    if (!call || call->seq == agreed_) return;
+    CallId theirs{};
+    theirs.magic = 0;
+    at::Tensor out = at::from_blob(const_cast<CallId*>(call), {int64_t(sizeof(CallId))}, at::kByte);
+    at::Tensor in = at::from_blob(&theirs, {int64_t(sizeof(CallId))}, at::kByte);
+    pair(out, true, in, true, kCheckTag, "the call check");
+    std::string d = differences(*call, theirs);
+    if (!d.empty())
+      throw Error("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
+                  describe(theirs) + ", this rank in " + describe(*call) + ": " + d +
+                  ". Every rank must make the same collective calls in the same order with the same sizes, "
+                  "dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
+    agreed_ = call->seq;
+  }
+
+  // send to the next member and receive from the previous one, abortably
+  void pair(at::Tensor send, bool do_send, at::Tensor recv, bool do_recv, int tag, const char* what) {
+    c10::intrusive_ptr<c10d::Work> sw, rw;
+    std::vector<at::Tensor> s{send}, r{recv};
     try {
-      f();
+      if (do_send) sw = track(pg_->send(s, next(), tag));
+      if (do_recv) rw = track(pg_->recv(r, prev(), tag));
     } catch (const std::exception& e) {
-      throw Error(std::string("hocc: ") + what + " over " + pg_->getBackendName() + " (member " +
-                  std::to_string(me) + " of " + std::to_string(n) + ") failed: " + e.what());
+      untrack();
+      fail(what, "", e.what());
     }
+    std::string stage = do_send ? "sending to " + who(next()) + " (the ring successor)" : "";
+    try {
+      if (sw) sw->wait();
+      stage = do_recv ? "waiting for " + who(prev()) + " (the ring predecessor)" : "";
+      if (rw) rw->wait();
+    } catch (const std::exception& e) {
+      untrack();
+      fail(what, stage, e.what());
+    }
+    untrack();
+    if (aborted()) fail(what, stage, "");  // an abort woke a wait, which then returned quietly
+  }
+
+  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_.empty()) w->abort();
+    inflight_.push_back(w);
+    return w;
+  }
+  void untrack() {
+    std::lock_guard<std::mutex> lk(mu_);
+    inflight_.clear();
+  }
+
+  template <class F>
+  void collective(const char* what, F&& start) {
+    try {
+      start()->wait();
+    } catch (const std::exception& e) {
+      fail(what, "", e.what());
+    }
+  }
+
+  [[noreturn]] void fail(const char* what, const std::string& stage, const char* why) {
+    std::string aborted;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      aborted = aborted_;
+    }
+    std::string where = std::string(what) + " over " + pg_->getBackendName() + " among ranks [" + list() + "]";
+    if (!aborted.empty()) throw Error("hocc: " + where + " was aborted: " + aborted);
+    throw Error("hocc: " + where + (stage.empty() ? "" : ", " + stage) + ", failed: " + why);
+  }
+  std::string list() const {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + (i < int(ranks.size()) ? std::to_string(ranks[i]) : "?");
+    return s;
   }
 
   c10::intrusive_ptr<c10d::Backend> pg_;
   std::vector<char> scratch_;
+  uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
+  std::mutex mu_;
+  std::string aborted_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;  // point-to-point works abort() can wake
 };
 
 }  // namespace

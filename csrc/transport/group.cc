@@ -37,6 +37,11 @@ Comm& GroupTransport::comm(int stage, const std::vector<int>& ranks, Impl impl) 
   return *it->second;
 }
 
+void GroupTransport::begin(const CallId& call) {
+  std::lock_guard<std::mutex> lk(mu_);
+  call_ = call;
+}
+
 void GroupTransport::abort(const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [key, c] : comms_) c->abort(why);
@@ -48,7 +53,9 @@ void GroupTransport::add(int stage, const std::vector<int>& ranks, Impl impl, st
   if (it == ranks.end() || comm->me != int(it - ranks.begin()) || comm->n != int(ranks.size()))
     throw Error("hocc: the communicator for " + describe(stage, ranks) + " is member " + std::to_string(comm->me) +
                 " of " + std::to_string(comm->n) + ", which does not match rank " + std::to_string(rank_));
+  comm->ranks = ranks;
   std::lock_guard<std::mutex> lk(mu_);
+  comm->call = &call_;
   comms_[{stage, ranks, impl}] = std::move(comm);
 }
 

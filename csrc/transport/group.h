@@ -26,6 +26,7 @@ class GroupTransport final : public Transport {
   // checks that every communicator the plan needs here was registered
   void prepare(const Plan& plan) override;
   Comm& comm(int stage, const std::vector<int>& ranks, Impl impl) override;
+  void begin(const CallId& call) override;
   void abort(const std::string& why) override;
 
   void add(int stage, const std::vector<int>& ranks, Impl impl, std::shared_ptr<Comm> comm);
@@ -38,6 +39,7 @@ class GroupTransport final : public Transport {
   mutable std::mutex mu_;
   using Key = std::tuple<int, std::vector<int>, Impl>;
   std::map<Key, std::shared_ptr<Comm>> comms_;
+  CallId call_;  // the running call, which every comm points at
 };
 
 }  // namespace hocc

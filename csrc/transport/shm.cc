@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "kernels/reduce_cpu.h"
@@ -24,19 +27,35 @@ namespace hocc {
 struct ShmComm::Header {
   alignas(64) uint64_t arrivals;  // barrier arrivals, ever
   alignas(64) uint32_t gen;       // low 32 bits of the last completed barrier (the futex word)
-  alignas(64) uint32_t abort;     // a member failed: the segment is unusable
+  alignas(64) uint32_t abort;     // 1 + the member that failed first: the segment is unusable
+};
+
+// Each member's own record, after the header: who it is (to tell a dead peer
+// from a slow one), the last barrier it reached (to name who is missing), and
+// the call it is in (two slots, alternating per checked call: a member can be
+// one call ahead while a peer still reads the previous one).
+struct ShmComm::Member {
+  alignas(64) uint64_t arrived;
+  int32_t pid;
+  CallId call[2];
 };
 
 namespace {
 
-constexpr size_t kHeader = 4096;
 constexpr size_t kAlign = 4096;
+constexpr size_t kMembers = 256;  // the members' records start here
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 long futex(uint32_t* word, int op, uint32_t val, const timespec* timeout) {
   // shared (not FUTEX_PRIVATE): the word lives in memory mapped by several processes
   return syscall(SYS_futex, word, op, val, timeout, nullptr, 0);
+}
+
+std::string seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s < 10 ? "%.1f s" : "%.0f s", s);
+  return b;
 }
 
 inline void cpu_relax() {
@@ -55,8 +74,10 @@ WaitMode parse_wait_mode(const std::string& n) {
   throw Error("hocc shm: unknown wait mode '" + n + "'; use futex, hybrid, yield or sleep");
 }
 
+size_t ShmComm::header_bytes(int n) { return round_up(kMembers + size_t(n) * sizeof(Member), kAlign); }
+
 size_t ShmComm::segment_bytes(int n, size_t half_bytes) {
-  return kHeader + size_t(n) * 2 * round_up(half_bytes, kAlign);
+  return header_bytes(n) + size_t(n) * 2 * round_up(half_bytes, kAlign);
 }
 
 ShmComm::ShmComm(const std::string& path, int me, int n, size_t half_bytes, double timeout_s, WaitMode wait)
@@ -76,6 +97,8 @@ ShmComm::ShmComm(const std::string& path, int me, int n, size_t half_bytes, doub
   if (p == MAP_FAILED) throw Error(std::string("hocc shm: mmap failed: ") + std::strerror(errno));
   base_ = static_cast<char*>(p);
   hdr_ = reinterpret_cast<Header*>(base_);
+  members_ = reinterpret_cast<Member*>(base_ + kMembers);
+  __atomic_store_n(&members_[me].pid, int32_t(getpid()), __ATOMIC_RELEASE);
 }
 
 ShmComm::~ShmComm() {
@@ -83,7 +106,7 @@ ShmComm::~ShmComm() {
 }
 
 char* ShmComm::slot(int member, int half) const {
-  return base_ + kHeader + (size_t(member) * 2 + half) * half_bytes_;
+  return base_ + header_bytes(n) + (size_t(member) * 2 + half) * half_bytes_;
 }
 
 void ShmComm::check_usable() const {
@@ -91,43 +114,121 @@ void ShmComm::check_usable() const {
     throw Error("hocc shm: this host group failed earlier (" + broken_ + "); not waiting again");
 }
 
-void ShmComm::abort(const std::string&) {
-  __atomic_store_n(&hdr_->abort, 1u, __ATOMIC_RELEASE);
+void ShmComm::abort(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
+  }
+  uint32_t none = 0;  // the first member to fail is the one peers name
+  __atomic_compare_exchange_n(&hdr_->abort, &none, uint32_t(me + 1), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
 }
 
 void ShmComm::fail(const std::string& why) {
   broken_ = why;
-  __atomic_store_n(&hdr_->abort, 1u, __ATOMIC_RELEASE);
+  uint32_t none = 0;  // the first member to fail is the one peers name
+  __atomic_compare_exchange_n(&hdr_->abort, &none, uint32_t(me + 1), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
   throw Error("hocc shm: " + why);
+}
+
+std::string ShmComm::missing(uint64_t want) const {
+  std::string s;
+  for (int j = 0; j < n; ++j)
+    if (__atomic_load_n(&members_[j].arrived, __ATOMIC_ACQUIRE) < want) s += (s.empty() ? "" : ", ") + who(j);
+  return s;
+}
+
+namespace {
+
+// gone, or a zombie nobody has reaped yet (it will never arrive either)
+bool is_dead(int32_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[256];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  buf[got] = 0;
+  const char* end = std::strrchr(buf, ')');  // "pid (name) S ...": the state follows the name
+  return end && (end[2] == 'Z' || end[2] == 'X');
+}
+
+}  // namespace
+
+void ShmComm::check_alive(uint64_t want) {
+  for (int j = 0; j < n; ++j) {
+    if (j == me || __atomic_load_n(&members_[j].arrived, __ATOMIC_ACQUIRE) >= want) continue;
+    const int32_t pid = __atomic_load_n(&members_[j].pid, __ATOMIC_ACQUIRE);
+    if (pid > 0 && is_dead(pid))
+      fail(who(j) + " (pid " + std::to_string(pid) + ") died while its host group waited for it");
+  }
 }
 
 void ShmComm::barrier() {
   ++seq_;
   if (n == 1) return;
+  // the call's first barrier here: post which call we are in, compare once through
+  const bool check = call && call->seq != agreed_;
+  if (check) members_[me].call[checked_ % 2] = *call;
   const uint32_t want = uint32_t(seq_);
+  __atomic_store_n(&members_[me].arrived, seq_, __ATOMIC_RELEASE);
   const uint64_t arrived = __atomic_add_fetch(&hdr_->arrivals, 1, __ATOMIC_ACQ_REL);
   if (arrived == seq_ * uint64_t(n)) {  // last one in: release everyone
     __atomic_store_n(&hdr_->gen, want, __ATOMIC_RELEASE);
     if (wait_ == WaitMode::futex || wait_ == WaitMode::hybrid) futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
-    return;
+  } else {
+    wait_for(want);
   }
+  if (check) agree();
+}
+
+void ShmComm::agree() {
+  const CallId& mine = members_[me].call[checked_ % 2];
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    CallId theirs = members_[j].call[checked_ % 2];
+    std::string d = differences(mine, theirs);
+    if (!d.empty())
+      fail("the ranks disagree on this call: " + who(j) + " is in " + describe(theirs) + ", this rank in " +
+           describe(mine) + ": " + d + ". Every rank must make the same collective calls in the same order "
+           "with the same sizes, dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
+  }
+  agreed_ = mine.seq;
+  ++checked_;
+}
+
+void ShmComm::wait_for(uint32_t want) {
   auto done = [&] { return int32_t(__atomic_load_n(&hdr_->gen, __ATOMIC_ACQUIRE) - want) >= 0; };
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s_);
+  auto next_check = start + std::chrono::milliseconds(100);
   for (int i = 0; i < 64 && !done(); ++i) cpu_relax();
   long pause_ns = 20000;
   while (!done()) {
-    if (__atomic_load_n(&hdr_->abort, __ATOMIC_ACQUIRE))
-      fail("a host peer failed (its error is raised on that rank)");
-    if (std::chrono::steady_clock::now() > deadline)
-      fail("a host peer did not reach the barrier within " + std::to_string(int(timeout_s_)) +
-           " s (did a rank die?)");
+    if (const uint32_t by = __atomic_load_n(&hdr_->abort, __ATOMIC_ACQUIRE)) {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        why = aborted_;
+      }
+      fail(!why.empty() ? "aborted: " + why
+           : int(by) - 1 == me ? "this rank failed in another stage"
+                               : who(int(by) - 1) + " failed (its error is raised on that rank)");
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now > deadline)
+      fail("timed out after " + seconds(timeout_s_) + " waiting for " + missing(seq_) +
+           " at a host barrier (stopped, hung, or in another call?)");
+    if (now > next_check) {  // a dead peer fails the group now, not at the deadline
+      check_alive(seq_);
+      next_check = now + std::chrono::milliseconds(100);
+    }
     WaitMode mode = wait_;
     if (mode == WaitMode::hybrid)
-      mode = std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1) ? WaitMode::yield
-                                                                                    : WaitMode::futex;
+      mode = now - start < std::chrono::milliseconds(1) ? WaitMode::yield : WaitMode::futex;
     switch (mode) {
       case WaitMode::hybrid:
       case WaitMode::futex: {

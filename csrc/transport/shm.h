@@ -4,7 +4,8 @@
 //
 // Segment (a /dev/shm file the Python side creates, publishes through the
 // store and unlinks once every member has mapped it; hocc/engine/shm.py):
-//   [header: arrival counter, generation word, abort flag][member][2 halves]
+//   [header: arrival counter, generation word, abort flag]
+//   [per member: pid, last barrier reached, call id][member][2 halves]
 // Each op streams the caller's region through the slots piece by piece. Pieces
 // alternate between the two halves of every slot (across ops too), so a piece
 // needs one barrier after its writes and none before them: a member writes a
@@ -18,10 +19,14 @@
 // generation and wakes the others. How waiters wait is a choice (WaitMode):
 // these machines run 8 ranks on 2 cores, where spinning starves the very
 // peers being waited for. A member that fails or times out sets the abort
-// flag, so peers fail at once instead of waiting out their timeout.
+// flag, so peers fail at once instead of waiting out their timeout; a peer
+// that died (its pid is gone) fails the group within 100 ms; a timeout names
+// the members that did not arrive. The first barrier of each call also
+// checks that every member is in the same call (core/call.h).
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "transport/transport.h"
@@ -39,6 +44,7 @@ WaitMode parse_wait_mode(const std::string& name);
 
 class ShmComm final : public Comm {
  public:
+  static size_t header_bytes(int n);
   static size_t segment_bytes(int n, size_t half_bytes);
   ShmComm(const std::string& path, int me, int n, size_t half_bytes, double timeout_s, WaitMode wait);
   ~ShmComm() override;
@@ -59,12 +65,18 @@ class ShmComm final : public Comm {
 
  private:
   struct Header;
+  struct Member;
   void barrier();
+  void wait_for(uint32_t want);
+  void agree();
+  std::string missing(uint64_t want) const;
+  void check_alive(uint64_t want);
   void fail(const std::string& why);
   char* slot(int member, int half) const;
   void check_usable() const;
 
   Header* hdr_ = nullptr;
+  Member* members_ = nullptr;
   char* base_ = nullptr;
   size_t bytes_ = 0;
   size_t half_bytes_;
@@ -74,6 +86,10 @@ class ShmComm final : public Comm {
   uint64_t piece_ = 0;  // pieces streamed so far: piece_ % 2 is the half in use
   double waited_ = 0;
   std::string broken_;
+  uint64_t agreed_ = ~uint64_t(0);  // the last call checked with every member
+  uint64_t checked_ = 0;            // calls checked: which call slot is in use
+  std::mutex mu_;
+  std::string aborted_;  // why abort() was called here
 };
 
 }  // namespace hocc

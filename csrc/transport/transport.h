@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/call.h"
 #include "core/plan.h"
 #include "core/types.h"
 #include "device/device.h"
@@ -29,6 +30,14 @@ class Comm {
   virtual ~Comm() = default;
   const int me;  // this rank's index among the members
   const int n;   // members
+  // the members' ranks in the engine's group (set when a transport takes the
+  // comm; for messages), and the call its ops belong to (null: none checked)
+  std::vector<int> ranks;
+  const CallId* call = nullptr;
+  std::string who(int member) const {  // "rank 5" (or "member 2" before ranks are known)
+    return member >= 0 && member < int(ranks.size()) ? "rank " + std::to_string(ranks[member])
+                                                     : "member " + std::to_string(member);
+  }
 
   // Native collectives on a region (segment i at dst + i*seg), reading from
   // `src`, which may be `dst` (in place) or a read-only buffer laid out alike.
@@ -49,7 +58,9 @@ class Comm {
   // `recv_n` from member me-1, reduced into `recv` with op (none: copied).
   virtual void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                         const Lane& lane) = 0;
-  // a failure elsewhere in this rank: make peers blocked on this comm fail too
+  // a failure elsewhere (this rank, or a peer's, reported by the engine's
+  // watchdog): wake this rank's waits on the comm and make peers blocked on it
+  // fail too where the transport can; later ops fail at once. Thread-safe.
   virtual void abort(const std::string& /*why*/) {}
 };
 
@@ -68,7 +79,9 @@ class Transport {
   // the communicator of one group of a plan step (impl: how the step runs,
   // for transports that keep a different communicator per impl)
   virtual Comm& comm(int stage, const std::vector<int>& ranks, Impl impl) = 0;
-  // a local failure: wake peers blocked on this rank so they fail too
+  // a run is about to start: the call every member must agree on
+  virtual void begin(const CallId& /*call*/) {}
+  // a failure: wake this rank's waits and peers blocked on this rank (Comm::abort)
   virtual void abort(const std::string& /*why*/) {}
 };
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import socket
 import threading
 from collections import Counter
@@ -23,7 +24,10 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import Config, get_config
+from hocc.engine.agreement import Call, check_all, plan_hash
 from hocc.engine.comms import Communicators
+from hocc.engine.errors import CallMismatchError, CollectiveError
+from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work
 from hocc.executor import cuda_built, load
 from hocc.executor.nccl import NcclRunner
@@ -102,10 +106,11 @@ _generations: Counter[str] = Counter()
 
 @dataclass
 class _Compiled:
-    """A cached plan, its C++ form, and whether its communicators exist."""
+    """A cached plan, its C++ form, its hash (agreement.plan_hash), and whether its communicators exist."""
 
     plan: Plan
     native: Any
+    hash: int
     prepared: bool = False
 
 
@@ -119,6 +124,10 @@ class Engine:
         key = f"{info.name}/{device.type}"
         prefix = f"hocc/{key}/{_generations[key]}"
         _generations[key] += 1
+        self.prefix = prefix
+        self._seq = 0  # calls made, numbered alike on every rank (the call check compares them)
+        self.failed: str | None = None  # the first failure: every later call raises it
+        self._check_pg: Any = None  # HOCC_CHECK's gloo group
         self.topology = resolve_topology(info, prefix, cfg, device)
         self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
         self.last_plan: Plan | None = None
@@ -146,6 +155,8 @@ class Engine:
             self.comms = Communicators(info, prefix, self.transport, cfg.shm_piece_bytes, cfg.shm_wait)
         if self.executor is not None:
             self.executor.set_trace(cfg.trace)
+        self._peer_failure: str | None = None
+        self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed)
 
     # -- planning ---------------------------------------------------------------
     def settings(self, cfg: Config) -> PlannerConfig:
@@ -164,7 +175,7 @@ class Engine:
         entry = self._plans.get(key)
         if entry is None:
             plan = make_plan(collective, count, elem_size, self.topology, algo, pcfg)
-            entry = _Compiled(plan, to_native(plan) if self.executor is not None else None)
+            entry = _Compiled(plan, to_native(plan) if self.executor is not None else None, plan_hash(plan))
             if len(self._plans) > 4096:
                 self._plans.clear()
             self._plans[key] = entry
@@ -185,12 +196,32 @@ class Engine:
         wants); `reduce_op` is 'sum', 'avg', 'min', 'max' or 'product'. Runs
         after every earlier call of this engine; blocks unless async_op."""
         cfg = get_config()
+        if self.failed is not None:
+            raise self._failed_earlier(collective)
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         entry = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg)
         self.last_plan = entry.plan
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op), [out], async_op)
+        call = Call(self._seq, collective, count, dtype_name(inp.dtype), reduce_op, entry.plan.algo, entry.hash)
+        self._seq += 1
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
 
-    def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> None:
+    def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
+                 check: bool) -> None:
+        """One call on the worker, in call order. Any failure fails the group
+        for good (self.failed): its comms may hold unmatched messages."""
+        if self.failed is not None:
+            raise self._failed_earlier(call.collective)
+        try:
+            if check:
+                check_all(self._checker(), call, self.rank, self.size, self.info.name)
+            self.watchdog.begin()
+            self._run_plan(entry, inp, out, reduce_op, call)
+        except Exception as e:
+            raise self._fail(call, entry.plan, e) from e
+        finally:
+            self.watchdog.end()
+
+    def _run_plan(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call) -> None:
         plan = entry.plan
         if self.executor is None:
             _backend_call(self.info.inner, plan.collective, inp, out, reduce_op, self.size)
@@ -200,13 +231,74 @@ class Engine:
                 self.comms.prepare(plan)
             entry.prepared = True
         nbytes = plan.layout.size * inp.element_size() if plan.work_at == "scratch" else 0
-        buf = self._take_work(nbytes, inp.device)
+        # an in-place all_reduce that would reduce in the caller's tensor (native) goes through
+        # the work buffer, so that a failure leaves the tensor as it was
+        beside = (nbytes == 0 and plan.collective == "all_reduce" and inp.device.type == "cpu"
+                  and inp.data_ptr() == out.data_ptr() and inp.numel() > 0)
+        buf = self._take_work(out.numel() * out.element_size() if beside else nbytes, inp.device)
+        into = buf[:out.numel() * out.element_size()].view(out.dtype) if beside else out
         stream = self.nccl.stream() if self.nccl is not None else 0
-        self.executor.run(entry.native, inp.data_ptr(), out.data_ptr(), buf.data_ptr() if nbytes else 0,
-                          dtype_name(inp.dtype), reduce_op, stream)
+        self.executor.run(entry.native, inp.data_ptr(), into.data_ptr(), buf.data_ptr() if nbytes else 0,
+                          dtype_name(inp.dtype), reduce_op, stream, call.native())
+        if beside:
+            out.view(-1).copy_(into)
         self._give_back(buf)
         if self.cfg.trace and self.nccl is None:
             self._log_trace(plan)
+
+    # -- failures ---------------------------------------------------------------
+    def _where(self) -> str:
+        ranks = self.info.global_ranks
+        glob = "" if ranks == list(range(self.size)) else f"; its ranks 0..{self.size - 1} are global ranks {ranks}"
+        return f"group {self.info.name!r} (rank {self.rank} of {self.size}{glob})"
+
+    def _fail(self, call: Call, plan: Plan, e: Exception) -> CollectiveError:
+        """Fail the group: remember why, abort the transport (peers blocked on
+        this rank fail too), tell the group through the watchdog."""
+        why = str(e)
+        tiers = {st.stage: st.tier for st in plan.steps}  # "at stage 1," -> "at stage 1 (rail),"
+        why = re.sub(r"at stage (\d+),", lambda m: f"at stage {m[1]} ({tiers.get(int(m[1]), '?')}),", why)
+        msg = (f"hocc: {call.describe()} failed on {self._where()}: {why}. The group is no longer usable: destroy "
+               "it and create it again (dist.destroy_process_group() and init_process_group(), or "
+               "dist.new_group() again for a sub-group)")
+        if self.failed is None:
+            self.failed = msg
+            self._abort_transport(msg)
+            if self._peer_failure is None:
+                self.watchdog.publish(f"{call.describe()} failed: {why}")
+        kind = CallMismatchError if isinstance(e, CallMismatchError) or "disagree on this call" in why else \
+            CollectiveError
+        return kind(msg, collective=call.collective, group=self.info.name)
+
+    def _failed_earlier(self, collective: str) -> CollectiveError:
+        return CollectiveError(f"hocc: {collective} on {self._where()}: the group failed earlier and cannot be "
+                               f"used again; destroy it and create it again. The first failure: {self.failed}",
+                               collective=collective, group=self.info.name)
+
+    def _peer_failed(self, why: str) -> None:
+        """The watchdog saw a peer's failure on the store: end the running call now."""
+        self._peer_failure = why
+        self._abort_transport(why)
+
+    def _abort_transport(self, why: str) -> None:
+        """Wake every wait of this rank's comms (the running call then fails with `why`)."""
+        transport = getattr(self, "transport", None)
+        if transport is not None:
+            transport.abort(why)
+
+    def _checker(self) -> Any:
+        """HOCC_CHECK's own gloo group over the whole group (CPU tensors, any device's engine)."""
+        if self._check_pg is None:
+            store = dist.PrefixStore(f"{self.prefix}/check", self.info.store)
+            self._check_pg = dist.ProcessGroupGloo(store, self.rank, self.size, self.info.timeout)
+        return self._check_pg
+
+    def inject_fault(self, stage: int, action: str) -> None:
+        """For fault tests: this rank fails in its next call on reaching `stage`
+        ('raise', 'kill', 'stop' or 'exit'; see Executor::inject_fault)."""
+        if self.executor is None:
+            raise RuntimeError("hocc: this engine has no executor to inject a fault into")
+        self.executor.inject_fault(stage, action)
 
     def _take_work(self, nbytes: int, device: torch.device) -> torch.Tensor:
         """A byte buffer, reused between calls on CPU: a fresh large allocation
@@ -273,6 +365,7 @@ class Engine:
                 yield
 
     def close(self) -> None:
+        self.watchdog.close()
         self._worker.shutdown(wait=True)
         if self.comms is not None:
             self.comms.close()

@@ -1,0 +1,75 @@
+#include "core/call.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/types.h"
+
+namespace hocc {
+namespace {
+
+const char* const kCollectives[] = {"all_reduce", "all_gather", "reduce_scatter"};
+const char* const kOps[] = {"sum", "avg", "product", "min", "max"};
+
+template <size_t N>
+int64_t code(const char* const (&names)[N], const std::string& name, const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) return int64_t(i);
+  if (name == "prod") return 2;
+  throw Error(std::string("hocc: unknown ") + what + " '" + name + "'");
+}
+
+template <size_t N>
+std::string name(const char* const (&names)[N], int64_t c) {
+  return c >= 0 && size_t(c) < N ? names[c] : "?(" + std::to_string(c) + ")";
+}
+
+std::string algo_name(uint64_t a) {
+  char s[9] = {};
+  std::memcpy(s, &a, 8);
+  return s;
+}
+
+std::string dtype_str(int64_t d) {
+  return d >= 0 && d <= int64_t(DType::i64) ? dtype_name(DType(d)) : "?";
+}
+
+}  // namespace
+
+CallId make_call_id(uint64_t seq, uint64_t plan, int64_t count, const std::string& collective,
+                    const std::string& dtype, const std::string& op, const std::string& algo) {
+  CallId c;
+  c.seq = seq, c.plan = plan, c.count = count;
+  c.collective = code(kCollectives, collective, "collective");
+  c.dtype = int64_t(parse_dtype(dtype));
+  c.op = code(kOps, op, "reduction op");
+  std::memcpy(&c.algo, algo.data(), std::min<size_t>(algo.size(), 8));
+  return c;
+}
+
+std::string describe(const CallId& c) {
+  std::string s = name(kCollectives, c.collective) + " of " + std::to_string(c.count) + " " + dtype_str(c.dtype);
+  if (c.collective != 1) s += " (" + name(kOps, c.op) + ", ";
+  else s += " (";
+  return s + algo_name(c.algo) + ", call " + std::to_string(c.seq) + ")";
+}
+
+std::string differences(const CallId& a, const CallId& b) {
+  if (b.magic != CallId::kMagic) return "it sent something that is not a hocc call header (another library's "
+                                        "traffic on this group?)";
+  std::string d;
+  auto add = [&](const std::string& what, const std::string& mine, const std::string& theirs) {
+    if (mine != theirs) d += (d.empty() ? "" : ", ") + what + " " + theirs + " vs this rank's " + mine;
+  };
+  add("call number", std::to_string(a.seq), std::to_string(b.seq));
+  add("collective", name(kCollectives, a.collective), name(kCollectives, b.collective));
+  add("count", std::to_string(a.count), std::to_string(b.count));
+  add("dtype", dtype_str(a.dtype), dtype_str(b.dtype));
+  if (a.collective != 1 || b.collective != 1) add("reduction op", name(kOps, a.op), name(kOps, b.op));
+  add("algo", algo_name(a.algo), algo_name(b.algo));
+  if (d.empty() && a.plan != b.plan)
+    d = "the plan (same call, but planned differently: do the ranks' HOCC_* settings differ?)";
+  return d;
+}
+
+}  // namespace hocc

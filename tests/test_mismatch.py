@@ -1,0 +1,119 @@
+"""Ranks that disagree on a call (count, dtype, reduction op, algo, or one that
+skips a call) get an error on every rank, never a crashed process or a wrong
+result: with HOCC_CHECK=1 before any byte moves, naming the rank and what
+differs; without it at the communicators' own check, within the timeout.
+
+Each case runs on a fresh group of all ranks (a failed group stays failed),
+in one world; a crash of any process fails the test (run_world)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import hocc
+from tests.worlds import hocc_env, run_world
+
+TIMEOUT_S = 5.0
+ODD = 3  # the rank that differs
+
+
+def _ar(group: dist.ProcessGroup, t: torch.Tensor, **kw: object) -> None:
+    hocc.all_reduce(t, group=group, **kw)  # type: ignore[arg-type]
+
+
+# what each rank calls: (rank, group) -> None; rank ODD differs
+def _count(r: int, g: dist.ProcessGroup) -> None:
+    _ar(g, torch.ones(1000 + (17 if r == ODD else 0)), algo="ho_ring")
+
+
+def _dtype(r: int, g: dist.ProcessGroup) -> None:
+    _ar(g, torch.ones(1000, dtype=torch.float64 if r == ODD else torch.float32), algo="ho_ring")
+
+
+def _op(r: int, g: dist.ProcessGroup) -> None:
+    _ar(g, torch.ones(1000), op=dist.ReduceOp.MAX if r == ODD else dist.ReduceOp.SUM, algo="ho_ring")
+
+
+def _algo(r: int, g: dist.ProcessGroup) -> None:
+    _ar(g, torch.ones(1000), algo="ring" if r == ODD else "ho_ring")
+
+
+def _skip(r: int, g: dist.ProcessGroup) -> None:
+    if r != ODD:  # ODD skips the first call: its second meets the others' first
+        _ar(g, torch.ones(1000), algo="ho_ring")
+    _ar(g, torch.ones(2000), algo="ho_ring")
+
+
+def _gather_count(r: int, g: dist.ProcessGroup) -> None:
+    n = 999 if r == ODD else 1000
+    hocc.all_gather_into_tensor(torch.empty(4 * n), torch.ones(n), group=g, algo="ring")
+
+
+CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
+    # name: (calls, what HOCC_CHECK's message names)
+    "count": (_count, r"count \(ranks 0,1,2: 1000; rank 3: 1017\)"),
+    "dtype": (_dtype, r"dtype \(ranks 0,1,2: float32; rank 3: float64\)"),
+    "op": (_op, r"reduction op \(ranks 0,1,2: sum; rank 3: max\)"),
+    "algo": (_algo, r"algo \(ranks 0,1,2: ho_ring; rank 3: ring\)"),
+    "skip": (_skip, r"count \(ranks 0,1,2: 1000; rank 3: 2000\)"),
+    "gather_count": (_gather_count, r"count \(ranks 0,1,2: 1000; rank 3: 999\)"),
+}
+
+
+def _body(rank: int, world: int, check: bool) -> None:
+    hocc.configure(check=check)
+    for name, (calls, names) in CASES.items():
+        group = dist.new_group(list(range(world)), timeout=timedelta(seconds=TIMEOUT_S))
+        probe = torch.arange(6, dtype=torch.float32)
+        before = probe.clone()
+        t0 = time.monotonic()
+        with pytest.raises(hocc.CollectiveError) as info:
+            calls(rank, group)
+            hocc.all_reduce(probe, group=group, algo="ho_ring")  # only reached if the mismatch went unseen
+        took = time.monotonic() - t0
+        msg = str(info.value)
+        assert took < TIMEOUT_S + 10, f"{name}: raised after {took:.1f} s: {msg}"
+        assert torch.equal(probe, before), f"{name}: a later call ran on the failed group"
+        if check:
+            assert isinstance(info.value, hocc.CallMismatchError), f"{name}: {msg}"
+            assert "HOCC_CHECK" in msg and "nothing was sent" in msg, f"{name}: {msg}"
+            import re
+
+            assert re.search(names, msg), f"{name}: the message does not name what differs: {msg}"
+        else:
+            assert "hocc:" in msg and "destroy it and create it again" in msg, f"{name}: {msg}"
+        with pytest.raises(hocc.CollectiveError, match="failed earlier"):  # the group stays failed
+            hocc.all_reduce(torch.ones(3), group=group)
+    # the world group is untouched by all of that, and the check passes agreeing calls through
+    x = torch.full((1001,), float(rank))
+    hocc.all_reduce(x, algo="ho_ring")
+    assert torch.all(x == sum(range(world)))
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["HOCC_CHECK=1", "no-check"])
+def test_mismatched_calls_raise_on_every_rank(check: bool) -> None:
+    run_world(4, _body, check, env=hocc_env("2x2", "shm"), timeout_s=120)
+
+
+def _agreeing_body(rank: int, world: int) -> None:
+    hocc.configure(check=True)
+    for n in (0, 1, 7, 4099):
+        for algo in ("native", "ring", "ho_ring"):
+            x = torch.arange(n, dtype=torch.float32) * (rank + 1)
+            want = x.clone()
+            dist.all_reduce(want)
+            hocc.all_reduce(x, algo=algo)
+            assert torch.equal(x, want), (n, algo)
+            out = torch.empty(world * n)
+            hocc.all_gather_into_tensor(out, torch.full((n,), float(rank)), algo=algo)
+            assert torch.equal(out, torch.arange(world).repeat_interleave(n).float()), (n, algo)
+
+
+def test_check_passes_agreeing_calls() -> None:
+    run_world(4, _agreeing_body, env=hocc_env("2x2", "shm"))
