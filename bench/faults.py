@@ -124,7 +124,7 @@ def run_cell(cell: Cell, timeout_s: float, count: int, python: str = sys.executa
         sys.path.insert(0, str(HERE))
         import cluster as emulated  # bench/cluster.py
 
-        cluster = emulated.Cluster(emulated.SCENARIOS["2x2"], "1gbit", "1gbit")
+        cluster = emulated.Cluster(emulated.Scenario("2x2", 2, 2, 1, False), "1gbit", "1gbit")
         cluster.up()
         os.environ.update({"HOCC_HOST_TRANSPORT": cell.transport, "PYTHONPATH": str(HERE.parent)})
         procs = cluster.launch(args, python, port, script=str(Path(__file__).resolve()))

@@ -1,0 +1,57 @@
+"""The fault matrix (bench/faults.py): a rank killed, stopped, raising, or its
+emulated host's link cut, during a host or a rail stage, with shm or net host
+stages. In every cell every surviving rank raises within timeout + 10 s, a
+later call raises at once, the caller's tensor is unchanged, no survivor
+crashes and /dev/shm is clean."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+try:
+    import faults
+finally:
+    sys.path.pop(0)
+
+TIMEOUT_S = 4.0
+
+
+def _explain(results: list[dict[str, Any]]) -> str:
+    bad = [r for r in results if not r["passed"]]
+    return faults.table(results, TIMEOUT_S) + "".join(f"\n{r['cell']}: {json.dumps(r['ranks'])[:1500]}" for r in bad)
+
+
+def test_local_faults() -> None:
+    results = faults.run_matrix(TIMEOUT_S, 65536, with_cut=False)
+    assert len(results) == 12
+    assert all(r["passed"] for r in results), _explain(results)
+    for r in results:  # a survivor's message says what failed, where, and how to recover
+        assert "all_reduce of 65536 float32" in r["example"] and "create it again" in r["example"], r["example"]
+
+
+@contextmanager
+def _bench_lock() -> Iterator[None]:
+    """One emulated cluster at a time on this machine (bench scripts take the same lock)."""
+    with open("/tmp/hocc-bench.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0),
+                    reason="cutting an emulated host's link needs root (network namespaces)")
+def test_link_cut_on_the_emulated_cluster() -> None:
+    with _bench_lock():
+        results = [faults.run_cell(c, TIMEOUT_S, 65536) for c in faults.cells(with_cut=True) if c.fault == "cut"]
+    assert len(results) == 4
+    assert all(r["passed"] for r in results), _explain(results)
