@@ -1,7 +1,9 @@
-"""Multi-process correctness of HO-Ring on unequal hosts (plan/ho_ring_uneven.py)
-on gloo: every collective x dtype x reduction op x size against
-torch.distributed, on 1+7, 2+3+3, 4+4+3 and three levels with unequal
-switches (3+5 and a 3+2 sub-group are in test_collectives.py)."""
+"""Multi-process correctness of HO-Ring on unequal hosts (plan/ho_ring_uneven.py,
+and the padded rails of plan/ho_ring_uneven_rsag.py for reduce_scatter and
+all_gather) on gloo: every collective x dtype x reduction op x size against
+torch.distributed, on 1+7, 2+3+3, 4+4+3, three levels with unequal switches,
+and every dtype on a 3+2 sub-group (3+5, and the sub-group with all algos,
+are in test_collectives.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import hocc
 from tests.cases import check_all
@@ -19,11 +22,12 @@ SMALL = (torch.float32, torch.int64, torch.bfloat16)
 
 
 def _body(rank: int, world: int, transport: str, full: bool) -> None:
-    plan = hocc.plan_for("all_reduce", torch.empty(1 << 16), algo="ho_ring")
-    assert plan.algo == "ho_ring" and plan.meta.get("uneven"), plan.describe()
-    if transport == "shm":
-        assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}, plan.describe()
-    assert max(len(s.groups_of(rank)) for s in plan.steps) >= 1
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
+        assert plan.algo == "ho_ring" and plan.meta.get("uneven"), plan.describe()
+        assert plan.meta.get("padded", False) == (coll != "all_reduce"), plan.describe()
+        if transport == "shm":
+            assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}, plan.describe()
     # only ho_ring is new here (native, ring and auto run on these shapes in test_collectives.py)
     kw = {"algos": ("ho_ring",)} if full else {"dtypes": SMALL, "algos": ("ho_ring", "auto")}
     assert check_all(rank, world, **kw) > 50
@@ -44,3 +48,18 @@ def test_three_levels_unequal_switches(tmp_path: Path) -> None:
     path = tmp_path / "topo.json"
     path.write_text(json.dumps({"hosts": hosts}))
     run_world(8, _body, "shm", False, env={"HOCC_TOPOLOGY": str(path), "HOCC_CHUNKS": "2"})
+
+
+def _subgroup_body(rank: int, world: int) -> None:
+    """3 ranks of one host and 2 of another, every dtype and op, ho_ring only."""
+    group = dist.new_group([0, 1, 2, 4, 5])
+    if rank in (0, 1, 2, 4, 5):
+        for coll in ("reduce_scatter", "all_gather"):
+            plan = hocc.plan_for(coll, torch.empty(1 << 12), group=group, algo="ho_ring")
+            assert plan.meta["padded"] and plan.meta["hosts"] == [3, 2], plan.describe()
+        assert check_all(rank, world, group=group, algos=("ho_ring",)) > 50
+    dist.barrier()
+
+
+def test_unequal_subgroup() -> None:
+    run_world(8, _subgroup_body, env=hocc_env("2x4", "shm", "2"))
