@@ -15,9 +15,9 @@ import random
 import pytest
 
 from hocc.plan import Plan, PlanError, PlannerConfig, make_plan, simulate
-from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.cost import step_load
 from hocc.plan.hierarchy import build_grid
+from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.ho_ring_uneven import build_ho_ring_uneven, overlay
 from hocc.plan.planner import choose, predict_all
 from hocc.plan.policy import planner_settings

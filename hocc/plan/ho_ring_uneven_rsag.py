@@ -115,10 +115,7 @@ def build_rsag_uneven(collective: str, topo: Topology, count: int, chunks: int,
                                  for h in host_groups if h.passes > p))
                       for p in range(passes)]
         host_steps = [s for s in host_steps if s.groups]
-        if collective == "reduce_scatter":
-            seq = [*host_steps, rail]
-        else:
-            seq = [rail, *host_steps]
+        seq = [*host_steps, rail] if collective == "reduce_scatter" else [rail, *host_steps]
         steps += [Step(i, s.chunk, s.collective, s.impl, s.tier, s.groups) for i, s in enumerate(seq)]
     stages = max((s.stage for s in steps), default=0) + 1
     return Plan(collective, "ho_ring", topo.world_size, count, layout, tuple(steps), stages,
