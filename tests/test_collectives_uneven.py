@@ -28,6 +28,8 @@ def _body(rank: int, world: int, transport: str, full: bool) -> None:
         assert plan.meta.get("padded", False) == (coll != "all_reduce"), plan.describe()
         if transport == "shm":
             assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}, plan.describe()
+        if not full and coll != "all_reduce":  # three levels: a switch stage, then trunk rails
+            assert {"host", "nic", "trunk"} <= set(plan.meta["tiers"]), plan.describe()
     # only ho_ring is new here (native, ring and auto run on these shapes in test_collectives.py)
     kw = {"algos": ("ho_ring",)} if full else {"dtypes": SMALL, "algos": ("ho_ring", "auto")}
     assert check_all(rank, world, **kw) > 50
