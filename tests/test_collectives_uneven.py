@@ -7,6 +7,8 @@ are in test_collectives.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -15,6 +17,10 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.executor.inproc import InProcWorld
+from hocc.plan.ho_ring import build_ho_ring
+from hocc.plan.types import PAD_BLOCK
+from hocc.topology import HostInfo, Topology, parse_spec
 from tests.cases import check_all
 from tests.worlds import hocc_env, run_world
 
@@ -65,3 +71,41 @@ def _subgroup_body(rank: int, world: int) -> None:
 
 def test_unequal_subgroup() -> None:
     run_world(8, _subgroup_body, env=hocc_env("2x4", "shm", "2"))
+
+
+@pytest.mark.parametrize("sizes", [[[3, 5]], [[1, 7]], [[4, 4, 3]], [[1, 2, 9]], [[3, 2], [3]], [[2, 2], [2, 1]]])
+def test_padded_rails_in_process(sizes: list[list[int]]) -> None:
+    """The C++ executor's pad slots (csrc/executor/layout.cc: zeros on pack,
+    skipped on unpack) on every padded-rail shape, ranks as threads."""
+    hosts, r = [], 0
+    for s, switch in enumerate(sizes):
+        for h, n in enumerate(switch):
+            hosts.append(HostInfo(f"s{s}h{h}", f"s{s}", tuple(range(r, r + n))))
+            r += n
+    topo = Topology(hosts)
+    world = InProcWorld(r)
+    gen = torch.Generator().manual_seed(r)
+    for coll, count, chunks in itertools.product(("reduce_scatter", "all_gather"), (0, 1, 7, 31), (1, 3)):
+        plan = build_ho_ring(coll, topo, count, chunks, ("reduce_scatter", "all_gather"))
+        assert plan is not None and plan.meta["padded"] and PAD_BLOCK in plan.layout.order
+        n_in = count * r if coll == "reduce_scatter" else count
+        xs = [torch.randint(-4, 5, (n_in,), generator=gen).to(torch.int32) for _ in range(r)]
+        outs = [torch.full((count * r if coll == "all_gather" else count,), 77, dtype=torch.int32) for _ in range(r)]
+        world.run(plan, xs, outs)
+        for rank in range(r):
+            if coll == "reduce_scatter":
+                want = torch.stack([x[rank * count:(rank + 1) * count] for x in xs]).sum(0).to(torch.int32)
+            else:
+                want = torch.cat(xs)
+            assert torch.equal(outs[rank], want), (sizes, coll, count, chunks, rank, plan.describe())
+
+
+def test_a_layout_naming_no_rank_is_refused_before_any_byte_moves() -> None:
+    plan = build_ho_ring("reduce_scatter", parse_spec("3+5"), 4, 1)
+    assert plan is not None
+    bad = dataclasses.replace(plan, layout=dataclasses.replace(plan.layout, order=(9, *plan.layout.order[1:])))
+    xs = [torch.ones(32, dtype=torch.int32) for _ in range(8)]
+    outs = [torch.full((4,), 77, dtype=torch.int32) for _ in range(8)]
+    with pytest.raises(RuntimeError, match=r"names block 9, outside 0\.\.7"):
+        InProcWorld(8).run(bad, xs, outs)
+    assert all(torch.equal(o, torch.full((4,), 77, dtype=torch.int32)) for o in outs)
