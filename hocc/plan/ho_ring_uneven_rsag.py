@@ -171,8 +171,8 @@ def _build(collective: str, tree: _Tree, world: int, count: int, chunks: int, ri
         seg_of = {(off, m): seg for p in per_pass for off, seg, m in p}
         groups = [(int(a), seg_of[(int(a), m)], m) for a, _, m in in_rounds(ivs)]
         stages.append((tiers[level], _impl(collective, [m for *_, m in groups], ring_ops), groups))
-    if collective == "all_gather":
-        stages.reverse()
+    if collective == "all_gather":  # the mirror, but host passes in pass order (independent: disjoint rows)
+        stages = [s for s in reversed(stages) if s[0] != "host"] + [s for s in stages if s[0] == "host"]
     steps = [Step(i, k, collective, impl, tier,
                   tuple(GroupSlice(m, (k * slots + off) * piece, seg * piece) for off, seg, m in groups))
              for k in range(chunks) for i, (tier, impl, groups) in enumerate(stages)]
