@@ -18,8 +18,9 @@ def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
     check_list_forms(rank, world)
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
-        # unequal hosts: all_reduce by intervals (plan/ho_ring_uneven.py), the others by the ring
-        assert plan.algo == ("ring" if "+" in spec and coll != "all_reduce" else "ho_ring"), plan.summary()
+        # unequal hosts: all_reduce by intervals (plan/ho_ring_uneven.py), the others by padded rails
+        assert plan.algo == "ho_ring", plan.summary()
+        assert plan.meta.get("padded", False) == ("+" in spec and coll != "all_reduce"), plan.describe()
         host_impls = {s.impl for s in plan.steps if s.tier == "host"}
         if plan.algo == "ho_ring" and "host" in plan.meta["tiers"]:
             assert host_impls == ({"shm"} if transport == "shm" else host_impls - {"shm"}), plan.describe()
@@ -49,7 +50,7 @@ def _subgroups_body(rank: int, world: int) -> None:
         plan = hocc.plan_for("all_reduce", torch.empty(1 << 12), group=uneven, algo="ho_ring")
         assert plan.algo == "ho_ring" and plan.meta["hosts"] == [3, 2], plan.describe()
         plan = hocc.plan_for("all_gather", torch.empty(1 << 12), group=uneven, algo="ho_ring")
-        assert plan.algo == "ring" and "3+2" in plan.reason, plan.reason
+        assert plan.algo == "ho_ring" and plan.meta["hosts"] == [3, 2] and plan.meta["padded"], plan.describe()
         check_all(rank, world, group=uneven, dtypes=small)
     dist.barrier()
 

@@ -1,8 +1,11 @@
-"""HO-Ring on unequal hierarchies (hocc/plan/ho_ring_uneven.py), proved by the
+"""HO-Ring on unequal hierarchies (hocc/plan/ho_ring_uneven.py, and
+ho_ring_uneven_rsag.py for reduce_scatter / all_gather), proved by the
 symbolic simulator: random host sizes 1-9 over 2-6 hosts, one or several
 switches of unequal host counts, random sub-groups, counts from 0 to primes;
-each host's NIC bytes against HO-RING.md's 2(N-1)/N * S; the several-groups
-rule of types.py and its one-group-per-rank rewrite; the planner's use of it."""
+each host's NIC bytes against HO-RING.md's 2(N-1)/N * S (all_reduce) and
+against the least any plan can, (W - G_min)/W * S (the others); the
+several-groups rule of types.py and its one-group-per-rank rewrite; the
+planner's use of it."""
 
 from __future__ import annotations
 
@@ -12,10 +15,14 @@ import random
 import pytest
 
 from hocc.plan import Plan, PlanError, PlannerConfig, make_plan, simulate
+from hocc.plan.cost import step_load
+from hocc.plan.hierarchy import build_grid
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.ho_ring_uneven import build_ho_ring_uneven, overlay
+from hocc.plan.planner import choose, predict_all
+from hocc.plan.policy import planner_settings
 from hocc.plan.simulate import nic_traffic
-from hocc.plan.types import one_group_per_rank
+from hocc.plan.types import PAD_BLOCK, GroupSlice, Step, one_group_per_rank
 from hocc.topology import HostInfo, Topology, parse_spec
 
 CPU = PlannerConfig(min_chunk_bytes=8, ring_ops=("reduce_scatter", "all_gather"), host_impl="shm")
@@ -167,8 +174,10 @@ def test_planner_uses_it() -> None:
     plan = make_plan("all_reduce", big, 4, topo, "ho_ring", CPU)
     assert plan.algo == "ho_ring" and plan.meta["uneven"], plan.summary()
     assert make_plan("all_reduce", big, 4, topo, "auto", CPU).algo == "ho_ring"
-    rs = make_plan("reduce_scatter", big, 4, topo, "ho_ring", CPU)
-    assert rs.algo == "ring" and "3+5" in rs.reason
+    for coll in ("reduce_scatter", "all_gather"):
+        p = make_plan(coll, big // 8, 4, topo, "ho_ring", CPU)
+        assert p.algo == "ho_ring" and p.meta["padded"], p.summary()
+        assert make_plan(coll, big // 8, 4, topo, "auto", CPU).algo == "ho_ring"
     for coll in ("all_gather", "reduce_scatter", "all_reduce"):
         assert make_plan(coll, 1, 4, topo, "auto", CPU).algo in ("native", "ring", "ho_ring")
 
@@ -179,7 +188,138 @@ def test_auto_keeps_the_ring_where_the_backend_op_loses_to_it() -> None:
     native, unless the cost model prices native for that op."""
     topo = parse_spec("3+5@nic=200mbit")
     count = (64 << 20) // 4 // 8
+    topo = parse_spec("1+7@nic=200mbit")  # where the padded rails move what the ring does, plus a host stage
     assert make_plan("reduce_scatter", count, 4, topo, "auto", CPU).algo == "ring"
     assert make_plan("reduce_scatter", count, 4, topo, "auto", PlannerConfig()).algo == "native"
     fast = dataclasses.replace(CPU, params=CPU.params.with_factors({"native:reduce_scatter": 0.5}))
     assert make_plan("reduce_scatter", count, 4, topo, "auto", fast).algo == "native"
+
+
+RSAG = ("reduce_scatter", "all_gather")
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_unequal_reduce_scatter_and_all_gather(seed: int) -> None:
+    """Padded rails: correct on any placement, each host's NIC carries G_max(N-1)
+    blocks, never less than the least possible (W - G_min) blocks, and exactly
+    that where every host but the smallest is full."""
+    rng = random.Random(5000 + seed)
+    topo = unequal_topology(rng)
+    if build_grid(topo) is not None:
+        return  # uniform: hocc.plan.ho_ring's grid plan, tests/test_plans.py
+    count, chunks = rng.choice(COUNTS), rng.choice([1, 2, 3])
+    sizes = sorted(len(h) for h in topo.host_groups())
+    for coll in RSAG:
+        host_impl = rng.choice(["", "shm"])
+        plan = build_ho_ring(coll, topo, count, chunks, CPU.ring_ops, host_impl)
+        assert plan is not None and plan.meta["padded"], topo.shape()
+        simulate(plan, seed)
+        simulate(one_group_per_rank(plan), seed + 1)
+        simulate(Plan.from_json(plan.to_json()), seed + 2)
+        rails = [s for s in plan.steps if s.tier != "host"]
+        if plan.meta["fans"][2] == 1:  # one switch, or rails over every host: every rail spans every host
+            assert all(len(g.ranks) == len(sizes) for s in rails for g in s.groups)
+        assert {s.impl for s in plan.steps if s.tier == "host"} <= ({"shm"} if host_impl else {"ring"})
+        nic, trunk = nic_traffic(plan, *host_maps(topo))
+        blocks = plan.layout.piece * plan.chunks  # a block, padded to whole pieces
+        assert max(nic.values()) >= (sum(sizes) - sizes[0]) * blocks
+        if len(topo.switch_groups()) > 1:  # flat rails or a switch stage, whichever loads its busiest link less
+            flat = sizes[-1] * (len(sizes) - 1) * blocks
+            assert max(trunk.values()) <= flat or max(nic.values()) <= flat
+            continue
+        for sent in nic.values():
+            assert sent == sizes[-1] * (len(sizes) - 1) * blocks, (sent, topo.shape(), plan.describe())
+        if len(set(sizes[1:])) == 1:
+            assert max(nic.values()) == (sum(sizes) - sizes[0]) * blocks
+
+
+@pytest.mark.parametrize("spec", ["3+5", "1+7", "2+3+3", "4+4+3", "8+8+8+7", "4+5", "1+2+9"])
+def test_padded_rails_on_known_placements(spec: str) -> None:
+    topo = parse_spec(spec)
+    sizes = [len(h) for h in topo.host_groups()]
+    for coll in RSAG:
+        plan = build_ho_ring_uneven(coll, topo, 1000, 4, CPU.ring_ops, "shm")
+        assert plan is not None
+        simulate(plan)
+        assert plan.meta["rails"] == max(sizes)
+        assert {s.impl for s in plan.steps if s.tier == "host"} == {"shm"}
+        # a host of g ranks beside one of g_max either splits the rows once or in two passes
+        assert plan.stages == 1 + max(plan.meta["host_passes"])
+        pads = plan.layout.order.count(PAD_BLOCK)
+        assert pads == len(plan.layout.order) - sum(sizes) and pads > 0
+        nic, _ = nic_traffic(plan, *host_maps(topo))
+        assert set(nic.values()) == {max(sizes) * (len(sizes) - 1) * 1000}
+
+
+@pytest.mark.parametrize("sizes,trunk_blocks", [
+    ([[8, 8], [8, 7]], 16),  # 31 ranks less the larger switch's 15: the least the trunks allow
+    ([[3, 2], [3]], 5),      # the 3-rank switch must send the other 5 blocks
+])
+def test_padded_switch_stage_on_three_levels(sizes: list[list[int]], trunk_blocks: int) -> None:
+    """Several switches: pad hosts make the switches alike, and the trunk rails
+    carry the least the trunks can (here below the flat rails' G_max(N-1))."""
+    topo = _switched(sizes)
+    for coll in RSAG:
+        plan = build_ho_ring_uneven(coll, topo, 100, 2, CPU.ring_ops, "shm")
+        assert plan is not None and "nic" in plan.meta["tiers"] and "trunk" in plan.meta["tiers"], plan.describe()
+        simulate(plan)
+        simulate(one_group_per_rank(plan))
+        _, trunk = nic_traffic(plan, *host_maps(topo))
+        assert set(trunk.values()) == {trunk_blocks * 100}, trunk
+        flat = max(n for s in sizes for n in s) * (len(topo.host_groups()) - 1)
+        assert trunk_blocks < flat
+
+
+def test_simulator_catches_a_misplaced_pad() -> None:
+    plan = build_ho_ring_uneven("reduce_scatter", parse_spec("3+5"), 10, 1)
+    assert plan is not None
+    simulate(plan)
+    # rows of (host A slot, host B slot); A's ranks 0, 1, 2 own rows 0-1, 2-3, 4-5 (row 5 dead)
+    order = list(plan.layout.order)
+    assert order == [0, 3, PAD_BLOCK, 4, 1, 5, PAD_BLOCK, 6, 2, 7, PAD_BLOCK, PAD_BLOCK]
+    swapped = list(order)
+    swapped[0], swapped[6] = PAD_BLOCK, 0  # rank 0's block on a rail rank 1 serves
+    for bad in (order[:2] + order[3:] + [PAD_BLOCK],  # every block after the pad moved off its rail
+                [PAD_BLOCK if b == 0 else b for b in order],  # a rank without a block
+                swapped):
+        with pytest.raises(PlanError):
+            simulate(dataclasses.replace(plan, layout=dataclasses.replace(plan.layout, order=tuple(bad))))
+
+
+def test_cost_charges_each_round_of_rails() -> None:
+    """A rank in two rings of one step runs them one after the other: two
+    rounds of latency, not one (hocc.plan.cost._chain)."""
+    topo = parse_spec("2+4@nic=200mbit")
+    one = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0),))
+    two = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0), GroupSlice((0, 3), 2, 0)))
+    apart = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0), GroupSlice((1, 3), 2, 0)))
+    lat = [step_load(s, 4, topo)[1] for s in (one, two, apart)]
+    assert lat[0] > 0 and lat[1] == pytest.approx(2 * lat[0]) and lat[2] == pytest.approx(lat[0])
+
+
+def _switched(sizes: list[list[int]]) -> Topology:
+    hosts, r = [], 0
+    for s, switch in enumerate(sizes):
+        for h, n in enumerate(switch):
+            hosts.append(HostInfo(f"s{s}h{h}", f"s{s}", tuple(range(r, r + n))))
+            r += n
+    return Topology(hosts)
+
+
+@pytest.mark.parametrize("spec", ["3+5", "4+4+3", "1+7", "2+3+3", "8+8+8+7", "2+5+8", "1+2+9", "3+2|3", "8+8|8+7",
+                                  "4+4|4+3|4"])
+def test_auto_is_no_worse_than_the_ring_fallback(spec: str) -> None:
+    """By the planner's own predictions, at every size from 1 KiB to 64 MiB
+    ('|' separates switches: 200 Mbit/s NICs, 100 Mbit/s trunks)."""
+    if "|" in spec:
+        topo = _switched([[int(n) for n in s.split("+")] for s in spec.split("|")])
+    else:
+        topo = parse_spec(spec + "@nic=200mbit")
+    cfg = planner_settings(PlannerConfig(), "cpu", topo)
+    for coll in RSAG:
+        for nbytes in (1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26):
+            count = nbytes // 4 // topo.world_size
+            preds = predict_all(coll, count, 4, topo, cfg)
+            assert "ho_ring" in preds
+            pick = choose(preds, cfg, coll)
+            assert preds[pick].seconds <= preds["ring"].seconds, (spec, coll, nbytes, preds)

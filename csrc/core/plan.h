@@ -34,7 +34,10 @@ struct Step {
 
 // How the caller's buffers map onto the work buffer [chunks][blocks][piece]:
 // work[k][i] holds elements [k*piece, (k+1)*piece) of caller block order[i],
-// zero beyond block_elems.
+// zero beyond block_elems. An order entry kPadBlock is a slot of no caller
+// block (HO-Ring on unequal hosts pads short hosts' rails): zeros on pack,
+// skipped on unpack.
+constexpr int kPadBlock = -1;
 struct Layout {
   int blocks = 1;
   size_t block_elems = 0;

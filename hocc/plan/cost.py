@@ -183,9 +183,21 @@ class _Shape:
         return vals
 
 
+def _chain(groups: list[tuple[tuple[int, ...], int]]) -> int:
+    """Ring hops on the longest chain of a step: a rank in several groups runs
+    them one after another (types.py), so its hops add up; the step ends with
+    its slowest rank."""
+    per: dict[int, int] = {}
+    for ranks, h in groups:
+        for r in ranks:
+            per[r] = per.get(r, 0) + h
+    return max(per.values(), default=0)
+
+
 def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Places) -> _Shape:
     unit: dict[tuple[str, str], float] = {}
-    hops, tiers = 0, set()
+    tiers = set()
+    chain: list[tuple[tuple[int, ...], int]] = []
     shm = impl == "shm"
     for ranks in groups:
         n = len(ranks)
@@ -197,13 +209,13 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
             unit[key] = unit.get(key, 0.0) + n * per_member
             continue
         h, per_hop = (2 * (n - 1), 1.0 / n) if op == "all_reduce" else (n - 1, 1.0)
-        hops = max(hops, h)
+        chain.append((ranks, h))
         for i, a in enumerate(ranks):
             tier, links = _edge_links(a, ranks[(i + 1) % n], places)
             tiers.add(tier)
             for link in links:
                 unit[link] = unit.get(link, 0.0) + h * per_hop
-    return _Shape(f"{impl}:{op}", unit, hops, frozenset(tiers), impl == "ring", shm)
+    return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm)
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -221,7 +233,7 @@ def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[
         for k, v in p.unit.items():
             unit[k] = unit.get(k, 0.0) + v * g.seg
     tiers = frozenset().union(*(p.tiers for p in parts)) if parts else frozenset()
-    hops = max((p.hops for p in parts), default=0)
+    hops = _chain([(g.ranks, p.hops) for g, p in zip(step.groups, parts, strict=True)])
     return _Shape(f"{step.impl}:{step.collective}", unit, hops, tiers, step.impl == "ring", step.impl == "shm"), 1.0
 
 

@@ -52,14 +52,15 @@ def _level_step(grid: Grid, level: int, stage: int, chunk: int, op: str, base: i
 
 def build_ho_ring(collective: str, topo: Topology, count: int, chunks: int,
                   ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Plan | None:
-    """The HO-Ring plan; on a hierarchy that is not uniform, the interval plan
-of ho_ring_uneven (all_reduce), or None (reduce_scatter, all_gather).
+    """The HO-Ring plan; on a hierarchy that is not uniform, ho_ring_uneven's
+    (all_reduce by intervals, or None where they are too fine; reduce_scatter
+    and all_gather by padded rails).
     Steps whose op is in `ring_ops` run as point-to-point rings even where the
     backend's collective could run them (gloo's reduce-scatter and all-gather
     are slower than a ring; see the engine). `host_impl` ('shm') names the
     transport for the steps inside a host."""
     grid = build_grid(topo)
-    if grid is None:  # unequal hosts or switches: all_reduce by intervals (ho_ring_uneven), else None
+    if grid is None:  # unequal hosts or switches (ho_ring_uneven)
         return build_ho_ring_uneven(collective, topo, count, chunks, ring_ops, host_impl)
     world, d = topo.world_size, grid.depth
     chunks = max(1, min(chunks, count)) if count else 1

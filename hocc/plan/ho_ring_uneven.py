@@ -138,11 +138,12 @@ def uneven_steps(topo: Topology) -> tuple[list[tuple[str, str, list[Interval]]],
 
 def build_ho_ring_uneven(collective: str, topo: Topology, count: int, chunks: int,
                          ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Plan | None:
-    """HO-Ring's all-reduce for any placement (None for the other collectives,
-    whose equal-segment steps cannot give unequal hosts unequal shares; and
-    when the cuts' common denominator is huge)."""
+    """HO-Ring for any placement: the all-reduce by intervals (None when the
+    cuts' common denominator is huge), reduce_scatter and all_gather by padded
+    rails (ho_ring_uneven_rsag)."""
     if collective != "all_reduce":
-        return None
+        from hocc.plan.ho_ring_uneven_rsag import build_rsag_uneven  # it imports in_rounds from here
+        return build_rsag_uneven(collective, topo, count, chunks, ring_ops, host_impl)
     built = uneven_steps(topo)
     if built is None:
         return None

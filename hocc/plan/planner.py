@@ -71,8 +71,8 @@ def _chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: 
 
 def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
                     cfg: PlannerConfig) -> Prediction | None:
-    """The best K and its time, or None when ho_ring cannot run (reduce_scatter
-    and all_gather on a hierarchy that is not uniform)."""
+    """The best K and its time, or None when ho_ring cannot run (an all_reduce
+    on unequal hosts whose cuts' common denominator is huge, ho_ring_uneven)."""
     best: Prediction | None = None
     total = count * elem_size * (1 if collective == "all_reduce" else topo.world_size)
     for k in _chunk_choices(count, elem_size, cfg, total):
@@ -160,8 +160,8 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
     pick = algo
     if algo == "ho_ring" and "ho_ring" not in preds:
         pick = "ring"
-        reason = (f"ho_ring's {collective} needs equal ranks per host and hosts per switch (its all_reduce "
-                  f"does not); topology {topo.shape()} has not, so the topology-ordered ring ran")
+        reason = (f"ho_ring's {collective} on topology {topo.shape()} would need cuts too fine to pad to "
+                  f"(hocc.plan.ho_ring_uneven.MAX_UNIT), so the topology-ordered ring ran")
     elif algo == "auto":
         pick = choose(preds, cfg, collective)
         reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())

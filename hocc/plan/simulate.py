@@ -17,7 +17,7 @@ import random
 
 import numpy as np
 
-from hocc.plan.types import Plan, Step
+from hocc.plan.types import PAD_BLOCK, Plan, Step
 
 PRIME = 2_147_483_647
 POISON = -1
@@ -29,6 +29,10 @@ class PlanError(AssertionError):
 
 def check_structure(plan: Plan) -> None:
     size = plan.layout.size
+    if plan.collective != "all_reduce" and (
+            sorted(b for b in plan.layout.order if b != PAD_BLOCK) != list(range(plan.world))
+            or len(plan.layout.order) != plan.layout.blocks):
+        raise PlanError(f"layout order {plan.layout.order}: every rank's block once, pad slots {PAD_BLOCK}")
     for s in plan.steps:
         held: dict[int, list[tuple[int, int]]] = {}  # rank -> regions of its groups in this step
         for g in s.groups:
@@ -133,6 +137,9 @@ def simulate(plan: Plan, seed: int = 0) -> None:
         work_n = n.reshape(lay.chunks, lay.blocks, lay.piece) if lay.size else n
         for i, blk in enumerate(lay.order if lay.size else ()):
             if plan.collective == "all_gather" and blk != r:
+                continue  # pad slots too: what an all-gather moves there is never read
+            if blk == PAD_BLOCK:  # reduce_scatter's pad slots: zeros that nobody counts
+                work_v[:, i, :], work_n[:, i, :] = 0, 0
                 continue
             src = inputs[r][blk * c:(blk + 1) * c] if plan.collective == "reduce_scatter" else inputs[r]
             for k in range(lay.chunks):
@@ -163,6 +170,8 @@ def simulate(plan: Plan, seed: int = 0) -> None:
             expect_n = w
         else:
             for i, blk in enumerate(lay.order):
+                if blk == PAD_BLOCK:
+                    continue
                 got, n = block(i)
                 if not np.array_equal(got, inputs[blk]) or not np.all(n == 1):
                     raise PlanError(f"all_gather: rank {r} has a wrong block {blk}\n{plan.describe()}")

@@ -46,7 +46,10 @@ The layout says how the caller's buffer maps onto the work buffer: the work
 buffer is [chunks][blocks][piece]; work[k][i] holds elements
 [k*piece, (k+1)*piece) of caller block order[i] (zero beyond block_elems).
 For all_reduce there is one block (the whole tensor); for reduce_scatter and
-all_gather there is one block per rank.
+all_gather there is one block per rank, and maybe pad slots: an order entry
+PAD_BLOCK (-1) is a slot of no caller block, zeros on pack (so it adds
+nothing where it is reduced) and skipped on unpack (HO-Ring pads the rails of
+unequal hosts, hocc.plan.ho_ring_uneven_rsag).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 BUFFERS: tuple[str, ...] = ("work", "input", "output")
 WORK_AT: tuple[str, ...] = ("scratch", "output", "none")
+PAD_BLOCK = -1  # a layout slot of no caller block (see "The layout" above)
 
 
 @dataclass(frozen=True)
