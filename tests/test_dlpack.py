@@ -112,15 +112,15 @@ def check_bad_arrays(rank: int, world: int) -> None:
     np.testing.assert_array_equal(out, np.full(5, 7, np.int32))
     base = values(rank, 20, np.float32, "sum", 12)
     kept = base.copy()
-    with pytest.raises(hocc.HoccError, match="non-contiguous numpy.ndarray.*ascontiguousarray"):
+    with pytest.raises(hocc.HoccError, match=r"non-contiguous numpy\.ndarray.*ascontiguousarray"):
         hocc.all_reduce(base[::2])
     np.testing.assert_array_equal(base, kept)
     frozen = base.copy()
     frozen.flags.writeable = False
-    with pytest.raises(hocc.HoccError, match="read-only numpy.ndarray"):
+    with pytest.raises(hocc.HoccError, match=r"read-only numpy\.ndarray"):
         hocc.all_reduce(frozen)
     np.testing.assert_array_equal(frozen, kept)
-    with pytest.raises(hocc.HoccError, match="dtype torch.bool"):
+    with pytest.raises(hocc.HoccError, match=r"dtype torch\.bool"):
         hocc.all_reduce(np.ones(3, dtype=bool))
     with pytest.raises(hocc.HoccError, match=r"tensor_list\[1\] has 3 elements"):
         hocc.all_gather([np.zeros(4, np.float32), np.zeros(3, np.float32), np.zeros(4, np.float32)],
