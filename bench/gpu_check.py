@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import torch
-
 from gpu_faults import check_arrays, check_capture, check_inproc_absent, check_nccl_watchdog
+
 from hocc import executor as native
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
