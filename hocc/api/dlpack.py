@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -29,15 +29,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 KDL_CUDA, KDL_CUDA_MANAGED = 2, 13  # DLPack device types that live on a CUDA device
 
 
+_NEVER = frozenset((torch.Tensor, type(None), str, bool, int, float))  # argument types that are never arrays
+_is_array_type: dict[type, bool] = {}  # per argument type: a failed attribute lookup costs ~1 us a call
+
+
 def is_array(obj: object) -> bool:
     """An object from another library that DLPack can share (a torch.Tensor is not one)."""
-    return not isinstance(obj, torch.Tensor) and hasattr(obj, "__dlpack__")
+    kind = type(obj)
+    known = _is_array_type.get(kind)
+    if known is None:
+        known = _is_array_type[kind] = not issubclass(kind, torch.Tensor) and hasattr(kind, "__dlpack__")
+    return known
 
 
-def _any_array(value: object) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(is_array(v) for v in value)
-    return is_array(value)
+def _has_array(values: Iterable[object]) -> bool:
+    """Whether any value (or element of a list value) is an array: a plain loop, as
+    every drop-in call with tensors only pays for it."""
+    for v in values:
+        kind = type(v)
+        if kind in _NEVER:
+            continue
+        if kind is list or kind is tuple:
+            for x in v:
+                if is_array(x):
+                    return True
+        elif is_array(v):
+            return True
+    return False
 
 
 def _library(obj: object) -> str:
@@ -103,7 +121,7 @@ def accepts_arrays(*outputs: str) -> Callable[[F], F]:
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if not any(_any_array(a) for a in args) and not any(_any_array(v) for v in kwargs.values()):
+            if not _has_array(args) and not (kwargs and _has_array(kwargs.values())):
                 return fn(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
             arrays = [v for value in bound.arguments.values()
