@@ -50,7 +50,7 @@ def _has_array(values: Iterable[object]) -> bool:
         if kind in _NEVER:
             continue
         if kind is list or kind is tuple:
-            for x in v:
+            for x in v:  # type: ignore[attr-defined]  # a list or tuple, by its exact type
                 if is_array(x):
                     return True
         elif is_array(v):
