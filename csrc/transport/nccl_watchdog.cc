@@ -69,19 +69,8 @@ NcclWatchdog::~NcclWatchdog() {
   }
   if (!aborted_) {
     const bool drained = runs_.empty();
-    for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) {  // sub-communicators before the parent
-      void* c = *it;
-      bool done = false;
-      if (drained && ncclCommFinalize(as_comm(c)) == ncclSuccess) {
-        ncclResult_t st;
-        while ((st = state(c)) == ncclInProgress && Clock::now() < until) std::this_thread::sleep_for(kSpin);
-        done = st == ncclSuccess;
-      }
-      if (done)
-        ncclCommDestroy(as_comm(c));
-      else
-        ncclCommAbort(as_comm(c));
-    }
+    for (auto it = comms_.rbegin(); it != comms_.rend(); ++it)  // sub-communicators before the parent
+      close(*it, drained, until);
   }
   comms_.clear();
   for (Run& r : runs_) recycle(r);
@@ -170,7 +159,23 @@ void NcclWatchdog::release(void* comm) {
   auto it = std::find(comms_.begin(), comms_.end(), comm);
   if (it == comms_.end() || aborted_) return;
   comms_.erase(it);
-  ncclCommDestroy(as_comm(comm));  // freshly split, no op ever ran on it: nothing to flush
+  close(comm, true, deadline());
+}
+
+void NcclWatchdog::close(void* comm, bool graceful, Clock::time_point until) {
+  // nonblocking: ncclCommFinalize starts the flush (ncclInProgress), the state says when it is
+  // done, then ncclCommDestroy frees locally; whatever does not end in time is aborted
+  bool done = false;
+  ncclResult_t fin = graceful ? ncclCommFinalize(as_comm(comm)) : ncclInternalError;
+  if (fin == ncclSuccess || fin == ncclInProgress) {
+    ncclResult_t st;
+    while ((st = state(comm)) == ncclInProgress && Clock::now() < until) std::this_thread::sleep_for(kSpin);
+    done = st == ncclSuccess;
+  }
+  if (done)
+    ncclCommDestroy(as_comm(comm));
+  else
+    ncclCommAbort(as_comm(comm));
 }
 
 void NcclWatchdog::begin(void* caller_stream, const std::string& what) {

@@ -76,6 +76,7 @@ class NcclWatchdog {
   void main();
   void poll(std::unique_lock<std::mutex>& lk);  // one round of checks, lock held
   void fail_locked(const std::string& why);
+  void close(void* comm, bool graceful, Clock::time_point until);  // finalize + destroy, or abort
   void* event();
   void recycle(Run& r);
   std::string describe(const Run& r) const;
