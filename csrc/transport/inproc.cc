@@ -129,7 +129,7 @@ Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
 }
 
 InProcWorld::InProcWorld(int size, Device& device, double timeout_s)
-    : device_(device), timeout_s_(timeout_s), waiting_on_(size > 0 ? size : 0, -1) {
+    : device_(device), timeout_s_(timeout_s), waiting_on_(size > 0 ? size : 0) {
   if (size < 1) throw Error("hocc in-process: a world needs at least one rank");
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<InProcTransport>(*this, r));
 }
@@ -139,15 +139,18 @@ InProcWorld::Channel& InProcWorld::channel(const std::string& key) { return chan
 template <class Pred, class What>
 void InProcWorld::wait(std::unique_lock<std::mutex>& lk, Pred pred, int me, int peer, What what) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-  waiting_on_[me] = peer;
-  struct Done {  // a rank that timed out stays marked as waiting, so that peers timing out
-    std::vector<int>& w;  // just after it still see whom it waited on
+  // a rank's lanes may wait at once, each on its own peer; a lane that timed out stays
+  // marked, so that peers timing out just after it still see whom it waited on
+  auto mark = waiting_on_[me].insert(peer);
+  struct Done {
+    std::vector<std::multiset<int>>& w;
     int me;
+    std::multiset<int>::iterator mark;
     bool timed_out = false;
     ~Done() {
-      if (!timed_out) w[me] = -1;
+      if (!timed_out) w[me].erase(mark);
     }
-  } done{waiting_on_, me};
+  } done{waiting_on_, me, mark};
   while (!pred()) {
     if (!aborted_.empty()) throw Error("hocc in-process: a peer failed (" + aborted_ + ")");
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !pred()) {
@@ -159,16 +162,28 @@ void InProcWorld::wait(std::unique_lock<std::mutex>& lk, Pred pred, int me, int 
 }
 
 std::string InProcWorld::silent(int peer) const {
-  // follow who waits on whom from our peer to the rank that waits on nobody: that one is silent
-  std::vector<int> chain{peer};
-  while (waiting_on_[chain.back()] >= 0 && chain.size() <= waiting_on_.size())
-    chain.push_back(waiting_on_[chain.back()]);
-  const int quiet = chain.back();
+  // breadth-first through who waits on whom, from our peer to the nearest rank that waits on nobody
+  const int n = int(waiting_on_.size());
+  std::vector<int> from(n, -2);
+  std::vector<int> queue{peer};
+  from[peer] = -1;
+  int quiet = -1;
+  for (size_t i = 0; i < queue.size() && quiet < 0; ++i) {
+    const int r = queue[i];
+    if (waiting_on_[r].empty()) quiet = r;
+    for (int next : waiting_on_[r])
+      if (from[next] == -2) from[next] = r, queue.push_back(next);
+  }
+  if (quiet < 0)
+    return "ranks wait on each other in a cycle from rank " + std::to_string(peer) +
+           ": they are running different collectives or plans";
+  std::vector<int> chain;  // peer ... quiet
+  for (int r = quiet; r >= 0; r = from[r]) chain.insert(chain.begin(), r);
   std::string s;
   if (chain.size() > 1) {
     s = "rank " + std::to_string(peer) + " itself waits";
-    for (size_t i = 1; i < chain.size(); ++i) s += (i > 1 ? ", which waits" : "") + std::string(" on rank ") +
-                                                    std::to_string(chain[i]);
+    for (size_t i = 1; i < chain.size(); ++i)
+      s += (i > 1 ? ", which waits" : "") + std::string(" on rank ") + std::to_string(chain[i]);
     s += "; ";
   }
   return s + "rank " + std::to_string(quiet) + " never answered: it is dead, stopped, or did not make this call";
@@ -184,7 +199,7 @@ void InProcWorld::reset() {
   std::lock_guard<std::mutex> lk(mu_);
   aborted_.clear();
   channels_.clear();
-  std::fill(waiting_on_.begin(), waiting_on_.end(), -1);
+  for (auto& w : waiting_on_) w.clear();
 }
 
 }  // namespace hocc

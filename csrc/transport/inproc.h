@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,7 @@ class InProcWorld {
   std::condition_variable cv_;
   std::map<std::string, Channel> channels_;
   std::string aborted_;
-  std::vector<int> waiting_on_;  // [rank] -> the rank it waits on now, or -1
+  std::vector<std::multiset<int>> waiting_on_;  // [rank] -> the ranks its lanes wait on now
   std::string silent(int peer) const;
 };
 
