@@ -39,7 +39,7 @@ CPU_SOURCES = [
     "csrc/executor/executor.cc",
     "csrc/python/bindings.cc",
 ]
-CUDA_HOST_SOURCES = ["csrc/device/cuda_device.cc", "csrc/transport/nccl.cc"]
+CUDA_HOST_SOURCES = ["csrc/device/cuda_device.cc", "csrc/transport/nccl.cc", "csrc/transport/nccl_watchdog.cc"]
 CUDA_KERNELS = ["csrc/kernels/reduce_cuda.cu"]
 # A100 (sm_80), H100/H200 (sm_90), and PTX for newer GPUs to compile at load
 GENCODE = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",

@@ -1,8 +1,15 @@
 """What one lent GPU can check (TESTBED.md): the NCCL path with a world of one,
 the C++ executor with 8 in-process ranks on the one GPU (results against
-torch), and the reduction kernels' bandwidth against a device-to-device copy.
-Run by bench/gpu_check.sh; `--device cpu` runs the same checks on the CPU (a
-dry run of this script where there is no GPU). Writes a JSON summary."""
+torch), the reduction kernels' bandwidth against a device-to-device copy, and
+the fault paths of issue 13 (bench/gpu_faults.py): a rank that never joins
+the in-process world, the NCCL watchdog (init that a rank never joins, a run
+past its deadline, then re-init), CUDA-graph capture refused clearly, and
+CuPy arrays through the drop-in calls on CuPy's stream.
+Run by bench/gpu_check.sh; `--device cpu` runs the same checks where they
+can run on the CPU (a dry run of this script where there is no GPU: the
+in-process and array checks, with NumPy in place of CuPy). Writes a JSON
+summary after every section, so a section that hangs still leaves the rest.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from gpu_faults import check_arrays, check_capture, check_inproc_absent, check_nccl_watchdog
 
 from hocc import executor as native
 from hocc.executor.inproc import InProcWorld
@@ -104,19 +112,45 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda:0", help="cuda:0 (default) or cpu for a dry run")
     ap.add_argument("--json", default="gpu_check.json")
+    ap.add_argument("--only", default="", help="comma-separated sections to run (default: all)")
     args = ap.parse_args()
     c = native.load()
     report: dict = {"device": args.device, "cuda_built": bool(c.cuda_built())}
-    if args.device != "cpu":
+    gpu = args.device != "cpu"
+    if gpu:
         native.require_cuda()
         report["gpu"] = torch.cuda.get_device_name(0)
-        report["kernels"] = kernel_bandwidth(c)
-        report["nccl_world_of_one"] = check_nccl_world_of_one(c)
-    report["inproc"] = check_inproc(args.device, (1, 1031, 1 << 20) if args.device != "cpu" else (1, 1031))
-    Path(args.json).write_text(json.dumps(report, indent=1))
-    wrong = report["inproc"]["wrong"] + (0 if report.get("nccl_world_of_one", {"ok": True})["ok"] else 1)
-    print(f"gpu_check: {report['inproc']['cases']} in-process cases, {wrong} wrong; summary in {args.json}")
-    return 1 if wrong else 0
+    sizes = (1, 1031, 1 << 20) if gpu else (1, 1031)
+    # (name, check, runs on the CPU too); the NCCL watchdog last: an init abort is the riskiest call
+    sections = [
+        ("kernels", lambda: kernel_bandwidth(c), False),
+        ("nccl_world_of_one", lambda: check_nccl_world_of_one(c), False),
+        ("inproc", lambda: check_inproc(args.device, sizes), True),
+        ("inproc_absent", lambda: check_inproc_absent(args.device), True),
+        ("arrays", lambda: check_arrays(args.device), True),
+        ("capture", lambda: check_capture(c), False),
+        ("nccl_watchdog", lambda: check_nccl_watchdog(c), False),
+    ]
+    only = {x for x in args.only.split(",") if x}
+    failed: list[str] = []
+    for name, check, on_cpu in sections:
+        if (only and name not in only) or (not gpu and not on_cpu):
+            continue
+        start = time.perf_counter()
+        try:
+            report[name] = check()
+        except Exception as e:  # noqa: BLE001 - one broken section must not hide the others
+            report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
+        print(f"-- {name}: {time.perf_counter() - start:.1f} s", flush=True)
+        entry = report[name]
+        if isinstance(entry, dict) and (entry.get("ok") is False or entry.get("wrong")):
+            failed.append(name)
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    cases = report.get("inproc", {}).get("cases", 0)
+    print(f"gpu_check: {cases} in-process cases; failed sections: {', '.join(failed) or 'none'}; "
+          f"summary in {args.json}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

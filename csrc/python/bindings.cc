@@ -106,9 +106,11 @@ class InProcRunner {
   }
 
   // one collective: rank r reads inputs[r], writes outputs[r], works in works[r];
-  // fail_rank >= 0 makes that rank fail before its first step (to test that peers do not hang)
+  // fail_rank >= 0 makes that rank fail before its first step, absent_rank >= 0 makes it never
+  // join (to test that peers do not hang)
   void run(const Plan& plan, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
-           const std::vector<uintptr_t>& works, const std::string& dtype, const std::string& op, int fail_rank) {
+           const std::vector<uintptr_t>& works, const std::string& dtype, const std::string& op, int fail_rank,
+           int absent_rank) {
     if (int(inputs.size()) != world_.size() || outputs.size() != inputs.size() || works.size() != inputs.size())
       throw Error("hocc in-process: need " + std::to_string(world_.size()) + " inputs, outputs and work buffers");
     DType t = parse_dtype(dtype);
@@ -120,7 +122,7 @@ class InProcRunner {
       world_.reset();
       std::vector<std::thread> threads;
       for (int r = 0; r < world_.size(); ++r)
-        threads.emplace_back([&, r] {
+        if (r != absent_rank) threads.emplace_back([&, r] {
           try {
             if (r == fail_rank) throw Error("rank " + std::to_string(r) + " failed on purpose");
             execs_[r]->run(plan, {ptr(inputs[r]), ptr(outputs[r]), ptr(works[r])}, t, o, average, nullptr);
@@ -235,7 +237,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<int, const std::string&, double>(), py::arg("size"), py::arg("device") = "cpu",
            py::arg("timeout_s") = 60.0)
       .def("run", &InProcRunner::run, py::arg("plan"), py::arg("inputs"), py::arg("outputs"), py::arg("works"),
-           py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1);
+           py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1, py::arg("absent_rank") = -1);
 
   py::class_<ShmComm, Comm, std::shared_ptr<ShmComm>>(m, "ShmComm",
                                                      "one host group's shared-memory segment (transport/shm.h)")
@@ -277,12 +279,39 @@ PYBIND11_MODULE(_C, m) {
   m.def("nccl_version", &nccl_version);
   py::class_<NcclTransport>(m, "NcclTransport")
       .def_static("unique_id", [] { return py::bytes(NcclTransport::unique_id()); })
-      .def(py::init([](py::bytes id, int rank, int size, int device) {
+      .def(py::init([](py::bytes id, int rank, int size, int device, double timeout_s, const std::string& name,
+                       int on_error) {
              std::string s = id;
+             if (on_error < 0 || on_error > 3) throw Error("hocc nccl: on_error is 0 to 3 (TORCH_NCCL_ASYNC_ERROR_HANDLING)");
              py::gil_scoped_release nogil;
-             return std::make_unique<NcclTransport>(s, rank, size, device);
+             return std::make_unique<NcclTransport>(s, rank, size, device, timeout_s, name, OnError(on_error));
            }),
-           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"))
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("timeout_s") = 600.0,
+           py::arg("name") = "", py::arg("on_error") = int(OnError::abort))
+      .def("run", [](NcclTransport& t, Executor& e, const Plan& plan, uintptr_t input, uintptr_t output,
+                     uintptr_t work, const std::string& dtype, const std::string& op, uintptr_t stream) {
+        DType dt = parse_dtype(dtype);
+        RedOp o = parse_op(op);
+        std::string what = std::string(op_name(plan.collective)) + " (" + dtype + ", " + op + "; " +
+                           std::to_string(plan.stages) + " stages x " + std::to_string(plan.chunks()) + " chunks)";
+        py::gil_scoped_release nogil;
+        t.begin(ptr(stream), what);  // raises at once if aborted, or if the stream is being captured
+        try {
+          e.run(plan, {ptr(input), ptr(output), ptr(work)}, dt, o, op == "avg", ptr(stream));
+        } catch (...) {
+          t.end(ptr(stream), false);
+          throw;
+        }
+        t.end(ptr(stream), true);
+      }, py::arg("executor"), py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"),
+         py::arg("dtype"), py::arg("op"), py::arg("stream"),
+         "Executor.run under the watchdog: the run is watched until it completes on `stream`")
+      .def("wait", [](NcclTransport& t) {
+        py::gil_scoped_release nogil;
+        t.wait();
+      }, "block until every run so far completed; raises (after aborting) on timeout or an NCCL error")
+      .def_property_readonly("error", &NcclTransport::error, "why the transport was aborted ('' while it works)")
+      .def_property_readonly("timeout_s", &NcclTransport::timeout_s)
       .def("all_reduce", [](NcclTransport& t, uintptr_t buf, size_t n, const std::string& dtype,
                             const std::string& op, uintptr_t stream) {
         auto* b = static_cast<char*>(ptr(buf));

@@ -2,13 +2,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 namespace hocc {
 namespace {
 
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 class InProcComm final : public Comm {
  public:
-  InProcComm(InProcWorld& w, std::string key, int me, int n) : Comm(me, n), w_(w), key_(std::move(key)) {}
+  InProcComm(InProcWorld& w, std::string key, int me, int n, std::vector<int> ranks, std::string where)
+      : Comm(me, n), w_(w), key_(std::move(key)), ranks_(std::move(ranks)), where_(std::move(where)) {}
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane& lane) override {
@@ -25,7 +33,8 @@ class InProcComm final : public Comm {
       if (recv_n) receive(recv, recv_n, t, op, lane);
       if (send_n) {
         std::unique_lock<std::mutex> lk(w_.mutex());
-        w_.wait(lk, [&] { return out.consumed; }, "the next ring member to take our segment");
+        w_.wait(lk, [&] { return out.consumed; }, ranks_[me], ranks_[(me + 1) % n],
+                [&] { return peer((me + 1) % n, "take our segment"); });
       }
     } catch (...) {
       if (send_n) withdraw(out);
@@ -42,7 +51,8 @@ class InProcComm final : public Comm {
     {
       std::unique_lock<std::mutex> lk(w_.mutex());
       in = &w_.channel(edge((me + n - 1) % n, me));
-      w_.wait(lk, [&] { return !in->queue.empty(); }, "a message from the previous ring member");
+      w_.wait(lk, [&] { return !in->queue.empty(); }, ranks_[me], ranks_[(me + n - 1) % n],
+              [&] { return peer((me + n - 1) % n, "send its segment"); });
       msg = in->queue.front();
       if (msg->bytes != recv_n * es)
         throw Error("hocc in-process: ring members disagree on a segment's size (" + std::to_string(msg->bytes) +
@@ -74,8 +84,15 @@ class InProcComm final : public Comm {
   }
 
   std::string edge(int from, int to) const { return key_ + ":" + std::to_string(from) + ">" + std::to_string(to); }
+  // what a wait is for, naming the silent peer: "rank 3 (member 1 of stage 0 group [2,3]) to send its segment"
+  std::string peer(int member, const char* to_do) const {
+    return "rank " + std::to_string(ranks_[member]) + " (member " + std::to_string(member) + " of " + where_ +
+           ") to " + to_do + ", as rank " + std::to_string(ranks_[me]);
+  }
   InProcWorld& w_;
   std::string key_;
+  std::vector<int> ranks_;
+  std::string where_;
 };
 
 }  // namespace
@@ -96,34 +113,80 @@ Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
   auto it = comms_.find(key);
   if (it != comms_.end()) return *it->second;
   int me = -1;
-  std::string name = "s" + std::to_string(stage) + "[";
+  std::string name = "s" + std::to_string(stage) + "[", members = "[";
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == rank_) me = int(i);
     name += std::to_string(ranks[i]) + ",";
+    members += (i ? "," : "") + std::to_string(ranks[i]);
   }
-  if (me < 0) throw Error("hocc in-process: rank " + std::to_string(rank_) + " is not in group " + name + "]");
-  auto c = std::make_unique<InProcComm>(world_, name + "]", me, int(ranks.size()));
+  members += "]";
+  if (me < 0) throw Error("hocc in-process: rank " + std::to_string(rank_) + " is not in group " + members);
+  auto c = std::make_unique<InProcComm>(world_, name + "]", me, int(ranks.size()), ranks,
+                                        "stage " + std::to_string(stage) + " group " + members);
   Comm& ref = *c;
   comms_.emplace(key, std::move(c));
   return ref;
 }
 
-InProcWorld::InProcWorld(int size, Device& device, double timeout_s) : device_(device), timeout_s_(timeout_s) {
+InProcWorld::InProcWorld(int size, Device& device, double timeout_s)
+    : device_(device), timeout_s_(timeout_s), waiting_on_(size > 0 ? size : 0) {
   if (size < 1) throw Error("hocc in-process: a world needs at least one rank");
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<InProcTransport>(*this, r));
 }
 
 InProcWorld::Channel& InProcWorld::channel(const std::string& key) { return channels_[key]; }
 
-template <class Pred>
-void InProcWorld::wait(std::unique_lock<std::mutex>& lk, Pred pred, const char* what) {
+template <class Pred, class What>
+void InProcWorld::wait(std::unique_lock<std::mutex>& lk, Pred pred, int me, int peer, What what) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  // a rank's lanes may wait at once, each on its own peer; a lane that timed out stays
+  // marked, so that peers timing out just after it still see whom it waited on
+  auto mark = waiting_on_[me].insert(peer);
+  struct Done {
+    std::vector<std::multiset<int>>& w;
+    int me;
+    std::multiset<int>::iterator mark;
+    bool timed_out = false;
+    ~Done() {
+      if (!timed_out) w[me].erase(mark);
+    }
+  } done{waiting_on_, me, mark};
   while (!pred()) {
     if (!aborted_.empty()) throw Error("hocc in-process: a peer failed (" + aborted_ + ")");
-    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !pred())
-      throw Error(std::string("hocc in-process: timed out after ") + std::to_string(timeout_s_) +
-                  " s waiting for " + what);
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !pred()) {
+      done.timed_out = true;
+      throw Error("hocc in-process: timed out after " + seconds(timeout_s_) + " waiting for " + what() + "; " +
+                  silent(peer));
+    }
   }
+}
+
+std::string InProcWorld::silent(int peer) const {
+  // breadth-first through who waits on whom, from our peer to the nearest rank that waits on nobody
+  const int n = int(waiting_on_.size());
+  std::vector<int> from(n, -2);
+  std::vector<int> queue{peer};
+  from[peer] = -1;
+  int quiet = -1;
+  for (size_t i = 0; i < queue.size() && quiet < 0; ++i) {
+    const int r = queue[i];
+    if (waiting_on_[r].empty()) quiet = r;
+    for (int next : waiting_on_[r])
+      if (from[next] == -2) from[next] = r, queue.push_back(next);
+  }
+  if (quiet < 0)
+    return "ranks wait on each other in a cycle from rank " + std::to_string(peer) +
+           ": they are running different collectives or plans";
+  std::vector<int> chain;  // peer ... quiet
+  for (int r = quiet; r >= 0; r = from[r]) chain.insert(chain.begin(), r);
+  std::string s;
+  if (chain.size() > 1) {
+    s = "rank " + std::to_string(peer) + " itself waits";
+    for (size_t i = 1; i < chain.size(); ++i)
+      s += (i > 1 ? ", which waits" : "") + std::string(" on rank ") + std::to_string(chain[i]);
+    s += "; ";
+  }
+  return s + "rank " + std::to_string(quiet) + " never answered: it is dead, stopped, or did not make this call";
 }
 
 void InProcWorld::abort(const std::string& why) {
@@ -136,6 +199,7 @@ void InProcWorld::reset() {
   std::lock_guard<std::mutex> lk(mu_);
   aborted_.clear();
   channels_.clear();
+  for (auto& w : waiting_on_) w.clear();
 }
 
 }  // namespace hocc

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,11 @@ class InProcWorld {
     std::deque<Msg*> queue;
   };
   Channel& channel(const std::string& key);
-  // blocks on the world's condition until pred() or abort/timeout (then throws)
-  template <class Pred>
-  void wait(std::unique_lock<std::mutex>& lk, Pred pred, const char* what);
+  // rank `me` blocks on the world's condition until pred() or abort/timeout, waiting on rank
+  // `peer`; a timeout throws, saying what() it waited for (built only then) and which rank
+  // never answered (following who waits on whom)
+  template <class Pred, class What>
+  void wait(std::unique_lock<std::mutex>& lk, Pred pred, int me, int peer, What what);
   std::mutex& mutex() { return mu_; }
   std::condition_variable& cond() { return cv_; }
   void abort(const std::string& why);
@@ -77,6 +80,8 @@ class InProcWorld {
   std::condition_variable cv_;
   std::map<std::string, Channel> channels_;
   std::string aborted_;
+  std::vector<std::multiset<int>> waiting_on_;  // [rank] -> the ranks its lanes wait on now
+  std::string silent(int peer) const;
 };
 
 }  // namespace hocc

@@ -1,6 +1,8 @@
 """Drop-in collectives: torch.distributed's signatures and semantics, plus
 `algo` ('auto', 'native', 'ring', 'ho_ring'). Thin: validate, then hand the
-call to the group's engine (hocc.engine.engine.Engine.run)."""
+call to the group's engine (hocc.engine.engine.Engine.run). Arrays of other
+libraries (CuPy, NumPy) go through DLPack (hocc.api.dlpack); a call on a
+stream being captured into a CUDA graph raises (hocc.api.capture)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import torch
 import torch.distributed as dist
 
 from hocc.api import validate as v
+from hocc.api.capture import check_not_capturing
+from hocc.api.dlpack import accepts_arrays
 from hocc.config import get_config
 from hocc.engine.engine import Engine, get_engine
 from hocc.engine.work import Work
@@ -22,6 +26,7 @@ def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
     return get_engine(group, device, get_config())
 
 
+@accepts_arrays("tensor")
 def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """Reduce `tensor` across the group, in place on every rank."""
@@ -30,9 +35,11 @@ def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.Proc
     v.check_tensor(tensor, "tensor", fn)
     name = v.check_op(op, tensor.dtype, fn)
     v.check_algo(algo or get_config().algo, fn)
+    check_not_capturing(tensor, fn)
     return _engine(g, tensor.device).run("all_reduce", tensor, tensor, name, algo, async_op)
 
 
+@accepts_arrays("output_tensor")
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                            group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                            algo: str | None = None) -> Work | None:
@@ -44,9 +51,11 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     v.check_same([output_tensor, input_tensor], ["output_tensor", "input_tensor"], fn)
     v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
     v.check_algo(algo or get_config().algo, fn)
+    check_not_capturing(input_tensor, fn)
     return _engine(g, input_tensor.device).run("all_gather", input_tensor, output_tensor, "sum", algo, async_op)
 
 
+@accepts_arrays("output")
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
                           group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                           algo: str | None = None) -> Work | None:
@@ -59,9 +68,11 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
     name = v.check_op(op, input.dtype, fn)
     v.check_algo(algo or get_config().algo, fn)
+    check_not_capturing(input, fn)
     return _engine(g, input.device).run("reduce_scatter", input, output, name, algo, async_op)
 
 
+@accepts_arrays("tensor_list")
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """List form of all_gather_into_tensor: tensor_list[r] receives rank r's tensor."""
@@ -75,6 +86,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dis
     return _then(work, lambda: _split_into(flat, tensor_list), tensor_list, async_op)
 
 
+@accepts_arrays("output")
 def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op: object = ReduceOp.SUM,
                    group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                    algo: str | None = None) -> Work | None:

@@ -18,10 +18,12 @@ class InProcWorld:
         self._world = load().InProcWorld(size, device, timeout_s)
 
     def run(self, plan: Plan, inputs: list[torch.Tensor], outputs: list[torch.Tensor], op_name: str = "sum",
-            fail_rank: int = -1) -> None:
+            fail_rank: int = -1, absent_rank: int = -1) -> None:
         """One collective: rank r's input `inputs[r]`, result into `outputs[r]`
         (per-rank shapes as in torch.distributed). fail_rank makes that rank
-        fail before its first step (to test that the others do not hang)."""
+        fail before its first step, absent_rank makes it never join (to test
+        that the others raise instead of hanging: a rank waits at most the
+        world's timeout for a silent peer, then every rank raises)."""
         if len(inputs) != self.size or len(outputs) != self.size:
             raise ValueError(f"need {self.size} inputs and outputs, got {len(inputs)} and {len(outputs)}")
         if not all(t.is_contiguous() for t in (*inputs, *outputs)):
@@ -29,4 +31,5 @@ class InProcWorld:
         size = plan.layout.size if plan.work_at == "scratch" else 0
         works = [torch.empty(size, dtype=x.dtype, device=x.device) for x in inputs]
         self._world.run(to_native(plan), [x.data_ptr() for x in inputs], [o.data_ptr() for o in outputs],
-                        [w.data_ptr() for w in works], dtype_name(inputs[0].dtype), op_name, fail_rank)
+                        [w.data_ptr() for w in works], dtype_name(inputs[0].dtype), op_name, fail_rank,
+                        absent_rank)
