@@ -311,6 +311,7 @@ PYBIND11_MODULE(_C, m) {
         t.wait();
       }, "block until every run so far completed; raises (after aborting) on timeout or an NCCL error")
       .def_property_readonly("error", &NcclTransport::error, "why the transport was aborted ('' while it works)")
+      .def("abort", &NcclTransport::abort, py::arg("why"), "abort every communicator (a peer failed: the watchdog)")
       .def_property_readonly("timeout_s", &NcclTransport::timeout_s)
       .def("all_reduce", [](NcclTransport& t, uintptr_t buf, size_t n, const std::string& dtype,
                             const std::string& op, uintptr_t stream) {

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -55,14 +56,22 @@ class C10dComm final : public Comm {
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane&) override {
-    agree();
+    const bool checking = check_begin();
     const size_t es = dtype_size(t);
     char* into = recv;
     if (op != RedOp::none && recv_n) {  // receive beside, then reduce into place
       if (scratch_.size() < recv_n * es) scratch_.resize(recv_n * es);
       into = scratch_.data();
     }
-    pair(view(send, send_n, t), send_n > 0, view(into, recv_n, t), recv_n > 0, 0, "a ring step");
+    // our data may leave at once: the successor only takes it once it has checked our call id
+    std::vector<at::Tensor> s{view(send, send_n, t)}, r{view(into, recv_n, t)};
+    c10::intrusive_ptr<c10d::Work> sw, rw;
+    if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
+    if (checking) check_end();
+    if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
+    finish(sw, "a ring step", "sending to " + who(next()) + " (the ring successor)");
+    finish(rw, "a ring step", "waiting for " + who(prev()) + " (the ring predecessor)");
+    check_done();
     if (into != recv) reduce_cpu(recv, into, recv_n, t, op);
   }
 
@@ -137,57 +146,71 @@ class C10dComm final : public Comm {
     if (!aborted_.empty()) throw Error("hocc: this communicator was aborted earlier (" + aborted_ + ")");
   }
 
-  // the call's first op here: check our predecessor means the same call
-  void agree() {
+  // The call check, around a call's first op here: post our call id to the
+  // successor and the predecessor's receive (begin), take it before any data
+  // of the call is received (end), and see our send through before the id
+  // can change (done). Collectives do all three before they start (agree).
+  bool check_begin() {
     check_usable();
-    if (!call || call->seq == agreed_) return;
-    CallId theirs{};
-    theirs.magic = 0;
-    at::Tensor out = at::from_blob(const_cast<CallId*>(call), {int64_t(sizeof(CallId))}, at::kByte);
-    at::Tensor in = at::from_blob(&theirs, {int64_t(sizeof(CallId))}, at::kByte);
-    pair(out, true, in, true, kCheckTag, "the call check");
-    std::string d = differences(*call, theirs);
+    if (!call || call->seq == agreed_) return false;
+    mine_ = *call;
+    theirs_ = CallId{};
+    theirs_.magic = 0;
+    std::vector<at::Tensor> s{bytes(&mine_)}, r{bytes(&theirs_)};
+    hs_ = post("the call check", [&] { return pg_->send(s, next(), kCheckTag); });
+    hr_ = post("the call check", [&] { return pg_->recv(r, prev(), kCheckTag); });
+    return true;
+  }
+  void check_end() {
+    finish(hr_, "the call check", "waiting for " + who(prev()) + " (the ring predecessor)");
+    std::string d = differences(mine_, theirs_);
     if (!d.empty())
       throw Error("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
-                  describe(theirs) + ", this rank in " + describe(*call) + ": " + d +
+                  describe(theirs_) + ", this rank in " + describe(mine_) + ": " + d +
                   ". Every rank must make the same collective calls in the same order with the same sizes, "
                   "dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
-    agreed_ = call->seq;
+    agreed_ = mine_.seq;
   }
+  void check_done() { finish(hs_, "the call check", "sending to " + who(next()) + " (the ring successor)"); }
+  void agree() {
+    if (check_begin()) {
+      check_end();
+      check_done();
+    }
+  }
+  static at::Tensor bytes(CallId* c) { return at::from_blob(c, {int64_t(sizeof(CallId))}, at::kByte); }
 
-  // send to the next member and receive from the previous one, abortably
-  void pair(at::Tensor send, bool do_send, at::Tensor recv, bool do_recv, int tag, const char* what) {
-    c10::intrusive_ptr<c10d::Work> sw, rw;
-    std::vector<at::Tensor> s{send}, r{recv};
+  // a point-to-point op, tracked so that abort() can wake its wait
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> post(const char* what, F&& start) {
+    c10::intrusive_ptr<c10d::Work> w;
     try {
-      if (do_send) sw = track(pg_->send(s, next(), tag));
-      if (do_recv) rw = track(pg_->recv(r, prev(), tag));
+      w = start();
     } catch (const std::exception& e) {
-      untrack();
       fail(what, "", e.what());
     }
-    std::string stage = do_send ? "sending to " + who(next()) + " (the ring successor)" : "";
-    try {
-      if (sw) sw->wait();
-      stage = do_recv ? "waiting for " + who(prev()) + " (the ring predecessor)" : "";
-      if (rw) rw->wait();
-    } catch (const std::exception& e) {
-      untrack();
-      fail(what, stage, e.what());
-    }
-    untrack();
-    if (aborted()) fail(what, stage, "");  // an abort woke a wait, which then returned quietly
-  }
-
-  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> w) {
     std::lock_guard<std::mutex> lk(mu_);
     if (!aborted_.empty()) w->abort();
     inflight_.push_back(w);
     return w;
   }
-  void untrack() {
-    std::lock_guard<std::mutex> lk(mu_);
-    inflight_.clear();
+  // wait for a posted op (if any) and forget it
+  void finish(c10::intrusive_ptr<c10d::Work>& w, const char* what, const std::string& stage) {
+    if (!w) return;
+    auto work = std::move(w);
+    w.reset();
+    std::string error;
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      inflight_.erase(std::remove(inflight_.begin(), inflight_.end(), work), inflight_.end());
+    }
+    if (!error.empty()) fail(what, stage, error.c_str());
+    if (aborted()) fail(what, stage, "");  // an abort woke the wait, which then returned quietly
   }
 
   template <class F>
@@ -218,6 +241,8 @@ class C10dComm final : public Comm {
   c10::intrusive_ptr<c10d::Backend> pg_;
   std::vector<char> scratch_;
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
+  CallId mine_, theirs_;             // the call check's buffers
+  c10::intrusive_ptr<c10d::Work> hs_, hr_;
   std::mutex mu_;
   std::string aborted_;
   std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;  // point-to-point works abort() can wake

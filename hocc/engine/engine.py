@@ -282,7 +282,7 @@ class Engine:
 
     def _abort_transport(self, why: str) -> None:
         """Wake every wait of this rank's comms (the running call then fails with `why`)."""
-        transport = getattr(self, "transport", None)
+        transport = self.nccl.transport if self.nccl is not None else getattr(self, "transport", None)
         if transport is not None:
             transport.abort(why)
 

@@ -66,7 +66,10 @@ class WatchedExecutor:
         self._transport = transport
         self._blocking = blocking
 
-    def run(self, plan: Any, input: int, output: int, work: int, dtype: str, op: str, stream: int = 0) -> None:
+    def run(self, plan: Any, input: int, output: int, work: int, dtype: str, op: str, stream: int = 0,
+            call: Any = None) -> None:
+        # `call` (the call id the CPU transports check at their first message) is not exchanged over
+        # NCCL: a mismatched call there ends at the watchdog's deadline; HOCC_CHECK=1 catches it first
         self._transport.run(self._ex, plan, input, output, work, dtype, op, stream)
         if self._blocking:
             self._transport.wait()
