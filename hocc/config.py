@@ -29,11 +29,14 @@ class Config:
     shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
       kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
       1 ms, then futex) or 'sleep' (backoff).
-    check: compare every rank's call (collective, count, dtype, reduction op,
-      algo, call number) before each collective and raise on every rank,
-      naming what differs, on a mismatch (HOCC_CHECK=1; one small all-gather
-      per call). Without it a mismatch still raises on every rank: each
-      communicator checks the call at its first message.
+    check: how ranks make sure they are in the same call (collective, count,
+      dtype, reduction op, algo, call number). 'comm' (default): each
+      communicator compares call ids with its ring neighbour at the call's
+      first message there, so a mismatch raises on every rank (one extra small
+      message per communicator and call). 'all' (HOCC_CHECK=1): also compare
+      over the whole group before anything moves, naming every rank that
+      differs (one small all-gather per call). 'off' (HOCC_CHECK=0): neither,
+      as with gloo itself, where a mismatched size aborts a process.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -44,7 +47,7 @@ class Config:
     host_transport: str = "auto"
     shm_piece_bytes: int = 256 << 10
     shm_wait: str = "futex"
-    check: bool = False
+    check: str = "comm"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -64,8 +67,13 @@ class Config:
             cfg = replace(cfg, debug=True)
         if env.get("HOCC_TRACE", "0") not in ("", "0", "false", "False"):
             cfg = replace(cfg, trace=True)
-        if env.get("HOCC_CHECK", "0") not in ("", "0", "false", "False"):
-            cfg = replace(cfg, check=True)
+        if env.get("HOCC_CHECK", "").strip():
+            val = env["HOCC_CHECK"].strip().lower()
+            named = {"1": "all", "true": "all", "all": "all", "comm": "comm", "0": "off", "false": "off", "off": "off"}
+            if val not in named:
+                raise ValueError(f"HOCC_CHECK={env['HOCC_CHECK']!r} must be 1 (or all), comm (the default) or "
+                                 "0 (or off)")
+            cfg = replace(cfg, check=named[val])
         if env.get("HOCC_RING_OPS"):
             ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
             bad = [o for o in ops if o not in OPS]

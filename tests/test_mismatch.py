@@ -67,7 +67,7 @@ CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
 
 
 def _body(rank: int, world: int, check: bool) -> None:
-    hocc.configure(check=check)
+    hocc.configure(check="all" if check else "comm")
     for name, (calls, names) in CASES.items():
         dist.barrier()  # the last case's ranks raised at different times; the new group's timeout is short
         group = dist.new_group(list(range(world)), timeout=timedelta(seconds=TIMEOUT_S))
@@ -103,7 +103,7 @@ def test_mismatched_calls_raise_on_every_rank(check: bool) -> None:
 
 
 def _agreeing_body(rank: int, world: int) -> None:
-    hocc.configure(check=True)
+    hocc.configure(check="all")
     for n in (0, 1, 7, 4099):
         for algo in ("native", "ring", "ho_ring"):
             x = torch.arange(n, dtype=torch.float32) * (rank + 1)

@@ -206,22 +206,23 @@ class Engine:
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: bool) -> None:
+                 check: str) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         if self.failed is not None:
             raise self._failed_earlier(call.collective)
         try:
-            if check:
+            if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
             self.watchdog.begin()
-            self._run_plan(entry, inp, out, reduce_op, call)
+            self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None)
         except Exception as e:
             raise self._fail(call, entry.plan, e) from e
         finally:
             self.watchdog.end()
 
-    def _run_plan(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call) -> None:
+    def _run_plan(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
+                  call: Call | None) -> None:
         plan = entry.plan
         if self.executor is None:
             _backend_call(self.info.inner, plan.collective, inp, out, reduce_op, self.size)
@@ -236,12 +237,13 @@ class Engine:
         beside = (nbytes == 0 and plan.collective == "all_reduce" and inp.device.type == "cpu"
                   and inp.data_ptr() == out.data_ptr() and inp.numel() > 0)
         buf = self._take_work(out.numel() * out.element_size() if beside else nbytes, inp.device)
-        into = buf[:out.numel() * out.element_size()].view(out.dtype) if beside else out
+        into = buf.data_ptr() if beside else out.data_ptr()
         stream = self.nccl.stream() if self.nccl is not None else 0
-        self.executor.run(entry.native, inp.data_ptr(), into.data_ptr(), buf.data_ptr() if nbytes else 0,
-                          dtype_name(inp.dtype), reduce_op, stream, call.native())
+        dtype = dtype_name(inp.dtype)
+        self.executor.run(entry.native, inp.data_ptr(), into, buf.data_ptr() if nbytes else 0, dtype, reduce_op,
+                          stream, call.native() if call is not None else None)
         if beside:
-            out.view(-1).copy_(into)
+            load().reduce(out.data_ptr(), into, out.numel(), dtype, "copy")
         self._give_back(buf)
         if self.cfg.trace and self.nccl is None:
             self._log_trace(plan)
