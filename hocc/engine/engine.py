@@ -8,6 +8,8 @@ collectives in the same order, which keeps sub-group traffic matched)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import socket
@@ -128,6 +130,9 @@ class Engine:
         self._lock = threading.Lock()
         self._outstanding = 0
         self._spare: torch.Tensor | None = None  # a CPU work buffer kept between calls
+        self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
+        self._busy = 0  # runs in flight (worker or inline): teardown waits for them
+        self._idle = threading.Condition(self._lock)
         # the C++ executor: NCCL for CUDA tensors, shared memory + gloo for CPU ones
         self.nccl: NcclRunner | None = None
         self.comms: Communicators | None = None
@@ -191,6 +196,10 @@ class Engine:
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> None:
+        with self._running(entry.plan.collective):
+            self._execute_plan(entry, inp, out, reduce_op)
+
+    def _execute_plan(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> None:
         plan = entry.plan
         if self.executor is None:
             _backend_call(self.info.inner, plan.collective, inp, out, reduce_op, self.size)
@@ -272,10 +281,79 @@ class Engine:
             with torch.cuda.stream(stream):
                 yield
 
+    # -- teardown ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _running(self, what: str) -> Iterator[None]:
+        """Around every run (on the worker or inline): raises at once on a
+        closed or aborted engine, and keeps teardown from freeing the
+        communicators under a run still in flight."""
+        with self._lock:
+            self.check_usable(what)
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def check_usable(self, what: str = "this call") -> None:
+        """Raise if this engine was closed or aborted: its communicators are gone."""
+        if self.closed is not None:
+            raise RuntimeError(f"hocc: {what} on group {self.info.name!r} cannot run: the group's hocc engine "
+                               f"was {self.closed}. Destroy the process group and init it again "
+                               "(torch.distributed.destroy_process_group, then init_process_group / new_group)")
+
     def close(self) -> None:
+        """Release everything this engine holds once the calls made before have
+        ended: the worker thread, the gloo sub-groups, the shared-memory
+        segments and the buffers. Idempotent; later calls raise."""
+        with self._lock:
+            if self.closed is None:
+                self.closed = "closed"
         self._worker.shutdown(wait=True)
-        if self.comms is not None:
-            self.comms.close()
+        self._release_when_idle()
+
+    def abort(self, why: str) -> None:
+        """Make the call in flight and every later one fail now: the shared-
+        memory segments' abort flag (host peers fail too), gloo's abort of the
+        sub-groups, ncclCommAbort. Queued calls are cancelled; what close()
+        releases goes once the call in flight has returned (at once if none
+        is: the watchdog may call this from its own thread)."""
+        with self._lock:
+            if self.closed is None or self.closed == "closed":
+                self.closed = f"aborted ({why})"
+            comms, nccl = self.comms, self.nccl
+        if comms is not None:
+            comms.abort(why)
+        elif nccl is not None:  # ncclCommAbort, where the binding has it
+            nccl_abort = getattr(nccl.transport, "abort", None)
+            if nccl_abort is not None:
+                nccl_abort(why)
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            busy = self._busy > 0
+        if busy:
+            threading.Thread(target=self._release_when_idle, name="hocc-release", daemon=True).start()
+        else:
+            self._release_when_idle()
+
+    def _release_when_idle(self) -> None:
+        """Drop every reference to a backend, not just shut it, once no run is
+        in flight: a closed engine can outlive its group (a caught error's
+        traceback holds the frame that holds it), and gloo frees a group's
+        threads and sockets only with the last reference."""
+        with self._lock:
+            self._idle.wait_for(lambda: self._busy == 0)
+            comms, self.comms = self.comms, None
+            self.executor = self.transport = self.nccl = None
+            self.info = dataclasses.replace(self.info, inner=None)
+            self._spare = None
+            self._plans.clear()
+            self._settings = None
+            self.group = None
+        if comms is not None:
+            comms.close()
 
 
 def _backend_call(backend: Any, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
@@ -312,6 +390,7 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
         eng = _engines.get(key)
         if eng is not None and eng.group is group and eng.cfg.topology == cfg.topology:
             return eng
+    release_destroyed()  # a new engine: first drop those of groups torch has ended
     eng = Engine(GroupInfo.of(group, device), device, cfg)
     eng.group = group
     with _engines_lock:
@@ -324,8 +403,67 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
 
 def reset_engines() -> None:
     """Forget every engine (after destroy_process_group, or to apply new settings)."""
+    _release([k for k in list(_engines)], None)
+
+
+def release_destroyed(why: str | None = None) -> None:
+    """Release the engines of groups torch no longer knows (destroyed or
+    aborted): aborted with `why`, else closed."""
+    _release([k for k, e in list(_engines.items()) if not _known_to_torch(e.group)], why)
+
+
+def release_group(group: dist.ProcessGroup | None, why: str | None = None) -> None:
+    """Release the engines of `group` (None: every group, as destroying the
+    world ends them all): aborted with `why`, else closed."""
+    whole = group is None or group is dist.GroupMember.WORLD
+    _release([k for k, e in list(_engines.items()) if whole or e.group is group], why)
+
+
+def _release(keys: list[tuple[int, str]], why: str | None) -> None:
     with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
+        engines = [e for e in (_engines.pop(k, None) for k in keys) if e is not None]
     for e in engines:
-        e.close()
+        if why is None:
+            e.close()
+        else:
+            e.abort(why)
+
+
+def _known_to_torch(group: dist.ProcessGroup | None) -> bool:
+    if group is None:
+        return False
+    try:
+        return group in dist.distributed_c10d._world.pg_map
+    except (AttributeError, TypeError):  # torch's registry moved: keep the engine
+        return True
+
+
+def install_teardown_hooks() -> None:
+    """Make torch's own teardown release hocc's engines of the groups it ends:
+    dist.destroy_process_group closes them (after the calls made before have
+    run) and dist.distributed_c10d._abort_process_group aborts them, before
+    torch ends the group itself. Without this, an engine would keep a
+    destroyed group's backend, its gloo sub-groups (threads, sockets) and its
+    worker thread alive. Idempotent. (Groups of the "hocc" backend need no
+    hook: torch calls their shutdown() and abort().)"""
+    c10d = dist.distributed_c10d
+    for name, why in (("destroy_process_group", None), ("_abort_process_group", "the process group was aborted")):
+        orig = getattr(c10d, name, None)
+        if orig is None or getattr(orig, "hocc_hooked", False):
+            continue
+        setattr(c10d, name, _hooked(orig, why))
+        if getattr(dist, name, None) is orig:
+            setattr(dist, name, getattr(c10d, name))
+
+
+def _hooked(orig: Callable[..., Any], why: str | None) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def teardown(group: dist.ProcessGroup | None = None) -> Any:
+        release_group(group, why)
+        try:
+            return orig(group)
+        finally:
+            release_destroyed(why)
+
+    teardown.hocc_hooked = True  # type: ignore[attr-defined]
+    return teardown
