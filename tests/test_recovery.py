@@ -80,11 +80,12 @@ def _provoke_failure(rank: int, world: int, cycle: int) -> None:
     group with a short timeout; every other rank's hocc call must raise, within
     the timeout + 10 s. Cycles alternate between a drop-in call on a gloo group
     (sync), the hocc backend (Work.wait), and the failing rank aborting its
-    group at once (its peers then fail without waiting out the timeout)."""
+    group at once (a gloo group with a drop-in engine, or a "hocc" group: its
+    shutdown/abort), so peers fail without waiting out the timeout."""
     kind = ("drop-in", "backend", "abort")[cycle % 3]
     culprit = cycle % world
-    fail_group = dist.new_group(backend="hocc" if kind == "backend" else "gloo",
-                                timeout=timedelta(seconds=FAIL_TIMEOUT_S))
+    on_hocc = kind == "backend" or (kind == "abort" and cycle // 3 % 2 == 1)  # aborts alternate gloo and hocc
+    fail_group = dist.new_group(backend="hocc" if on_hocc else "gloo", timeout=timedelta(seconds=FAIL_TIMEOUT_S))
     t = torch.full((4099,), float(rank))
     before = t.clone()
     hocc.all_reduce(t, group=fail_group, algo="ho_ring")  # sets the group's engine and communicators up
@@ -105,6 +106,9 @@ def _provoke_failure(rank: int, world: int, cycle: int) -> None:
     except Exception as e:  # noqa: BLE001 - any error is right; not raising is the failure
         took = time.monotonic() - start
         assert took < FAIL_TIMEOUT_S + 10, f"cycle {cycle} {kind}: rank {rank} raised only after {took:.1f} s"
+        if os.environ.get("HOCC_RECOVERY_VERBOSE"):
+            print(f"cycle {cycle} {kind} hocc={on_hocc} culprit {culprit}: rank {rank} raised after {took:.2f} s: "
+                  f"{str(e).splitlines()[0][:160]}", flush=True)
         del e
     else:
         raise AssertionError(f"cycle {cycle} {kind}: rank {rank}'s collective succeeded without rank {culprit}")
