@@ -11,7 +11,8 @@ ranks of a host, the ranks of a rail), sizes log-uniform from 4 B to
 the same inputs. Every `--sample-every` calls (no call's tensors alive) each
 rank records RSS, fds and threads.
 
-Writes to --out: soak.csv (rank, call, seconds, rss_mib, fds, threads),
+Writes to --out: soak.csv (rank, call, seconds, rss_mib, fds, threads, RSS after
+malloc_trim with --malloc-trim, else -1),
 soak.png, soak.json and soak.md. Exit status 1 if a check failed, fds or
 threads grew after warm-up, or RSS after warm-up moved more than --rss-tol.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes
 import json
 import math
 import os
@@ -81,7 +83,9 @@ def _groups(topology: str) -> dict[str, dist.ProcessGroup]:
     topo = parse_spec(topology)
     hosts, rails = topo.host_groups(), topo.rails()
     me = dist.get_rank()
-    mine: dict[str, dist.ProcessGroup] = {"world": dist.group.WORLD}
+    world = dist.group.WORLD
+    assert world is not None
+    mine: dict[str, dist.ProcessGroup] = {"world": world}
     for kind, sets in (("host", hosts), ("rail", rails)):
         for ranks in sets:
             g = dist.new_group(list(ranks))
@@ -116,10 +120,10 @@ def _reference(call: Call, inp: torch.Tensor, group: dist.ProcessGroup, n: int) 
         return ref
     if call.op == "all_gather":
         ref = torch.empty(inp.numel() * n)
-        dist.all_gather_into_tensor(ref, inp, group=group)
+        dist.all_gather_single(ref, inp, group=group)
         return ref
     ref = torch.empty(inp.numel() // n)
-    dist.reduce_scatter_tensor(ref, inp, group=group)
+    dist.reduce_scatter_single(ref, inp, group=group)
     return ref
 
 
@@ -133,14 +137,20 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
     groups = _groups(args.topology)
     calls = schedule(args.calls, args.max_bytes, args.seed)
     gen = torch.Generator().manual_seed(1000 + rank)
-    rows: list[tuple[int, int, float, float, int, int]] = []
+    rows: list[tuple[int, int, float, float, int, int, float]] = []
     failures: list[str] = []
     pending: list[Any] = []
     start = time.monotonic()
 
+    libc = ctypes.CDLL("libc.so.6") if args.malloc_trim else None
+
     def record(i: int) -> None:
         rss, fds, threads = sample()
-        rows.append((rank, i, round(time.monotonic() - start, 3), round(rss, 2), fds, threads))
+        trimmed = -1.0
+        if libc is not None:  # what glibc holds free but not returned, as the drop after malloc_trim
+            libc.malloc_trim(0)
+            trimmed = sample()[0]
+        rows.append((rank, i, round(time.monotonic() - start, 3), round(rss, 2), fds, threads, round(trimmed, 2)))
 
     record(0)
     for call in warmup_calls(args.max_bytes):
@@ -173,12 +183,15 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
                 w.wait()
             pending.clear()
             record(i)
+            if rank == 0 and i % (args.sample_every * 10) == 0:
+                print(f"# soak: {i}/{len(calls)} calls, {time.monotonic() - start:.0f} s, rank 0 RSS "
+                      f"{rows[-1][3]:.0f} MiB", file=sys.stderr, flush=True)
     hocc.reset_engines()
     dist.destroy_process_group()
     Path(parts, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "failures": failures}))
 
 
-def summarize(rows: list[tuple[int, int, float, float, int, int]], world: int, calls: int, warmup: int,
+def summarize(rows: list[tuple[int, int, float, float, int, int, float]], world: int, calls: int, warmup: int,
               rss_tol: float) -> dict[str, Any]:
     """Per rank: RSS, fds and threads at the end of warm-up and after it; the verdict."""
     per_rank: dict[int, Any] = {}
@@ -203,7 +216,7 @@ def summarize(rows: list[tuple[int, int, float, float, int, int]], world: int, c
             "calls_per_s": calls / seconds if seconds else 0.0, "rss_tol": rss_tol, "ranks": per_rank, "flat": ok}
 
 
-def plot(rows: list[tuple[int, int, float, float, int, int]], world: int, warmup: int, path: Path,
+def plot(rows: list[tuple[int, int, float, float, int, int, float]], world: int, warmup: int, path: Path,
          title: str) -> None:
     import matplotlib
 
@@ -267,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the calls before the RSS baseline")
     ap.add_argument("--rss-tol", type=float, default=0.05)
     ap.add_argument("--timeout", type=float, default=60.0, help="the groups' timeout (s)")
+    ap.add_argument("--malloc-trim", action="store_true",
+                    help="call glibc's malloc_trim(0) at each sample and record RSS after it too (diagnosis)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "soak")
     args = ap.parse_args(argv)
@@ -277,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     mp.spawn(_rank, args=(args.nprocs, port, args, str(parts)), nprocs=args.nprocs, join=True)
-    rows: list[tuple[int, int, float, float, int, int]] = []
+    rows: list[tuple[int, int, float, float, int, int, float]] = []
     failures: list[str] = []
     for r in range(args.nprocs):
         part = json.loads((parts / f"rank{r}.json").read_text())
@@ -290,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["failures"] = failures
     with open(args.out / "soak.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["rank", "call", "seconds", "rss_mib", "fds", "threads"])
+        w.writerow(["rank", "call", "seconds", "rss_mib", "fds", "threads", "rss_after_malloc_trim_mib"])
         w.writerows(sorted(rows))
     (args.out / "soak.json").write_text(json.dumps(summary, indent=1))
     command = " ".join(["python", "bench/soak.py", *(argv if argv is not None else sys.argv[1:])])

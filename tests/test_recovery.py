@@ -122,7 +122,9 @@ def _cycles_body(rank: int, world: int, out_dir: str) -> None:
         dist.init_process_group("gloo", store=dist.PrefixStore(f"recovery/{cycle}", store), rank=rank,
                                 world_size=world, timeout=timedelta(seconds=60))
         hocc_group = dist.new_group(backend="hocc")
-        _check_collectives(rank, world, dist.group.WORLD, hocc_group, cycle)
+        whole = dist.group.WORLD
+        assert whole is not None
+        _check_collectives(rank, world, whole, hocc_group, cycle)
         _provoke_failure(rank, world, cycle)
         dist.destroy_process_group()
         samples.append(resources())
