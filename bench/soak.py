@@ -103,9 +103,16 @@ def _buffers(call: Call, n: int, rank: int, checked: bool, gen: torch.Generator)
     return inp, out
 
 
-def _launch(call: Call, inp: torch.Tensor, out: torch.Tensor, group: dist.ProcessGroup, async_op: bool) -> Any:
+def _launch(call: Call, inp: torch.Tensor, out: torch.Tensor, group: dist.ProcessGroup, async_op: bool,
+            torch_only: bool = False) -> Any:
     import hocc
 
+    if torch_only:  # the same calls through gloo alone: what torch and glibc do without hocc
+        if call.op == "all_reduce":
+            return dist.all_reduce(inp, group=group, async_op=async_op)
+        if call.op == "all_gather":
+            return dist.all_gather_single(out, inp, group=group, async_op=async_op)
+        return dist.reduce_scatter_single(out, inp, group=group, async_op=async_op)
     if call.op == "all_reduce":
         return hocc.all_reduce(inp, group=group, async_op=async_op, algo=call.algo)
     if call.op == "all_gather":
@@ -156,7 +163,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
     for call in warmup_calls(args.max_bytes):
         group = groups[call.group]
         inp, out = _buffers(call, dist.get_world_size(group), rank, False, gen)
-        _launch(call, inp, out, group, False)
+        _launch(call, inp, out, group, False, args.torch_only)
     del inp, out
     for i, call in enumerate(calls, 1):
         group = groups[call.group]
@@ -168,7 +175,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
                 w.wait()
             pending.clear()
             want = _reference(call, inp, group, n)
-        work = _launch(call, inp, out, group, call.async_op and not checked)
+        work = _launch(call, inp, out, group, call.async_op and not checked, args.torch_only)
         if work is not None:
             pending.append(work)
             if len(pending) >= MAX_IN_FLIGHT:
@@ -282,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="the groups' timeout (s)")
     ap.add_argument("--malloc-trim", action="store_true",
                     help="call glibc's malloc_trim(0) at each sample and record RSS after it too (diagnosis)")
+    ap.add_argument("--torch-only", action="store_true",
+                    help="run the same schedule through torch.distributed (gloo) alone, as a baseline")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "soak")
     args = ap.parse_args(argv)
