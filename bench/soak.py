@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         w.writerow(["rank", "call", "seconds", "rss_mib", "fds", "threads", "rss_after_malloc_trim_mib"])
         w.writerows(sorted(rows))
     (args.out / "soak.json").write_text(json.dumps(summary, indent=1))
-    command = " ".join(["python", "bench/soak.py", *(argv if argv is not None else sys.argv[1:])])
+    malloc_env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")]
+    command = " ".join([*malloc_env, "python", "bench/soak.py", *(argv if argv is not None else sys.argv[1:])])
     (args.out / "soak.md").write_text(report(summary, failures, args, command))
     plot(rows, args.nprocs, warmup, args.out / "soak.png",
          f"hocc soak: {args.calls} calls, {args.nprocs} ranks {args.topology}, up to {args.max_bytes} B")

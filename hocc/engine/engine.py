@@ -102,6 +102,13 @@ def resolve_topology(info: GroupInfo, prefix: str, cfg: Config, device: torch.de
 _generations: Counter[str] = Counter()
 
 
+# Plans kept per engine, least recently used dropped first. A plan and its C++
+# form take about 10 KiB: a loop over many distinct sizes (the soak) would
+# otherwise grow RSS by 10 KiB a call up to the cap, while a training loop uses
+# a few dozen sizes.
+PLAN_CACHE_SIZE = 256
+
+
 @dataclass
 class _Compiled:
     """A cached plan, its C++ form, and whether its communicators exist."""
@@ -166,13 +173,13 @@ class Engine:
         if self.executor is None:
             algo = "native"
         key = (collective, count, elem_size, algo, pcfg)
-        entry = self._plans.get(key)
+        entry = self._plans.pop(key, None)
         if entry is None:
             plan = make_plan(collective, count, elem_size, self.topology, algo, pcfg)
             entry = _Compiled(plan, to_native(plan) if self.executor is not None else None)
-            if len(self._plans) > 4096:
-                self._plans.clear()
-            self._plans[key] = entry
+            if len(self._plans) >= PLAN_CACHE_SIZE:  # least recently used out (dicts keep insertion order)
+                self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = entry  # (re)inserted last: the most recently used
         if cfg.debug:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), entry.plan.summary())
         return entry
