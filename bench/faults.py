@@ -74,7 +74,7 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import hocc
-    from hocc.engine.engine import get_engine
+    from hocc.engine.registry import get_engine
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))

@@ -15,7 +15,8 @@ from hocc.api import validate as v
 from hocc.api.capture import check_not_capturing
 from hocc.api.dlpack import accepts_arrays
 from hocc.config import get_config
-from hocc.engine.engine import Engine, get_engine
+from hocc.engine.engine import Engine
+from hocc.engine.registry import get_engine
 from hocc.engine.work import Work
 from hocc.plan.types import Plan
 

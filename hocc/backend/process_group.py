@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from hocc.engine.dtypes import DTYPES, op_name
 from hocc.engine.engine import Engine, GroupInfo
@@ -47,6 +46,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         self._inner: dict[str, Any] = {}
         self._engines: dict[str, Engine] = {}
         self._device_map: dict[str, str] | None = None
+        self._ended: str | None = None  # 'shut down' or 'aborted': calls raise from then on
 
     # -- identity ------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -81,6 +81,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         return backend
 
     def inner(self, device: torch.device) -> Any:
+        self._check_open()
         key = device.type
         if key not in self._inner:
             store = dist.PrefixStore(f"hocc-inner/{key}", self._store)
@@ -101,6 +102,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         """This group's engine for `device` (hocc's drop-in calls use it too)."""
         from hocc.config import get_config
 
+        self._check_open()
         key = device.type
         if key not in self._engines:
             info = GroupInfo(rank=self.rank(), size=self.size(), global_ranks=self._global_ranks,
@@ -108,6 +110,41 @@ class HoccProcessGroup(dist.ProcessGroup):
                              timeout=self._timeout)
             self._engines[key] = Engine(info, device, get_config())
         return self._engines[key]
+
+    # -- teardown (dist.destroy_process_group calls shutdown(), _abort_process_group abort()) --------------
+    def shutdown(self) -> None:
+        """Release everything once the calls made before have ended: the
+        engines (worker threads, gloo sub-groups, shared-memory segments),
+        then the inner backends. Later calls raise. Idempotent."""
+        self._end(None)
+
+    def abort(self) -> None:
+        """Make calls in flight fail now (shared-memory peers and gloo
+        connections are woken), then release what shutdown() does without
+        waiting for them. Later calls raise. Idempotent."""
+        self._end("the process group was aborted")
+
+    def _end(self, why: str | None) -> None:
+        if self._ended is None:
+            self._ended = "shut down" if why is None else "aborted"
+        engines, self._engines = list(self._engines.values()), {}
+        inner, self._inner = list(self._inner.values()), {}
+        for e in engines:
+            if why is None:
+                e.close()
+            else:
+                e.abort(why)
+        for b in inner:
+            if why is None:
+                b.shutdown()
+            else:
+                b.abort()
+
+    def _check_open(self) -> None:
+        if self._ended is not None:
+            raise RuntimeError(f"hocc backend: process group {self._name!r} was {self._ended}; destroy it and "
+                               "init a new one (torch.distributed.destroy_process_group, then "
+                               "init_process_group / new_group)")
 
     def _planned(self, device: torch.device) -> bool:
         return self._backend_for(device) == "hocc"
@@ -120,7 +157,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         return work
 
     def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, op: object) -> dist.Work:
-        return _create_work_from_future(self._submit(collective, inp, out, op_name(op)).get_future())
+        return _FutureWork(self._submit(collective, inp, out, op_name(op)).get_future())
 
     @staticmethod
     def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
@@ -171,7 +208,7 @@ class HoccProcessGroup(dist.ProcessGroup):
                 o.view(-1).copy_(flat[i * inp.numel():(i + 1) * inp.numel()])
             return list(outs)
 
-        return _create_work_from_future(work.get_future().then(split))
+        return _FutureWork(work.get_future().then(split))
 
     def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
@@ -200,10 +237,42 @@ class HoccProcessGroup(dist.ProcessGroup):
         return self.inner(device).barrier(opts or dist.BarrierOptions())
 
 
+class _FutureWork(dist.Work):
+    """A c10d Work over a torch future whose wait() raises the call's error
+    (torch's _create_work_from_future returns True from wait() even when the
+    future failed, which would leave a failed collective's output silently wrong)."""
+
+    def __init__(self, fut: torch.futures.Future[Any]) -> None:
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self._fut.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:  # noqa: BLE001 - failed is what this reports
+            return False
+        return True
+
+    def result(self) -> Any:
+        return self._fut.wait()
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        return self._fut
+
+
 def _all_of(works: list[dist.Work]) -> dist.Work:
     """One Work for several (the coalesced calls run as one call each, in order)."""
     futs = [w.get_future() for w in works]
-    return _create_work_from_future(torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()]))
+    return _FutureWork(torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()]))
 
 
 def _delegate(name: str, backend_name: str) -> Any:

@@ -19,7 +19,7 @@ from hocc.bench.report import footer, plot, table, to_csv, to_json
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
 from hocc.config import ALGO_CHOICES, get_config
-from hocc.engine.engine import get_engine
+from hocc.engine.registry import get_engine
 from hocc.plan.cost import link_bound
 from hocc.plan.policy import settings_meta
 from hocc.topology import Topology, parse_spec

@@ -16,10 +16,15 @@ OP_NAMES = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist
             "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
 
 
-def value(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Small integers, exact in every dtype and under every op for 8+ ranks."""
-    idx = torch.arange(n, dtype=torch.int64)
-    return ((idx * 3 + rank * 7) % 5 + 1).to(dtype)
+CHECK_CHUNK = 1 << 18  # elements compared at a time: the check's memory stays a few MiB at any size
+
+
+def value(rank: int, n: int, dtype: torch.dtype, start: int = 0) -> torch.Tensor:
+    """Elements start..start+n of `rank`'s data: small integers, exact in
+    every dtype and under every op for 8+ ranks. They repeat every 5, so the
+    tensor is built by repeating 5 values (no int64 temporaries of n)."""
+    period = ((torch.arange(start, start + 5, dtype=torch.int64) * 3 + rank * 7) % 5 + 1).to(dtype)
+    return period.repeat((n + 4) // 5)[:n]
 
 
 def reduce_ref(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
@@ -67,19 +72,35 @@ class BenchCollective:
 
     def wrong(self, out: torch.Tensor, op: str, world: int, rank: int) -> int:
         """Elements of `out` that differ from the expected result (after one
-        call on fresh inputs from `buffers`)."""
+        call on fresh inputs from `buffers`), compared a chunk at a time: the
+        expected values of every rank at once, in float64, would be 16 times
+        the output (3 GB per rank at 64 MiB on 8 ranks)."""
         n = out.numel()
-        got = out.detach().cpu().double()
-        if self.name == "all_reduce":
-            want = reduce_ref([value(r, n, out.dtype) for r in range(world)], op)
-        elif self.name == "all_gather":
-            per = n // world if world else 0
-            want = torch.cat([value(r, per, out.dtype).double() for r in range(world)])
-        else:
-            full = [value(r, n * world, out.dtype)[rank * n:(rank + 1) * n] for r in range(world)]
-            want = reduce_ref(full, op)
-        want = want.to(out.dtype).double()  # the dtype's own rounding of the exact answer
-        tol = 1e-2 if out.dtype in (torch.float16, torch.bfloat16) else 1e-6
+        flat = out.detach().reshape(-1)
+        per = n // world if world else 0
+        wrong = 0
+        for start in range(0, n, CHECK_CHUNK):
+            stop = min(n, start + CHECK_CHUNK)
+            if self.name == "all_reduce":
+                want = reduce_ref([value(r, stop - start, out.dtype, start) for r in range(world)], op)
+            elif self.name == "all_gather":
+                parts = []  # output element k is element k % per of rank k // per
+                k = start
+                while k < stop:
+                    r, off = divmod(k, per)
+                    take = min(stop - k, per - off)
+                    parts.append(value(r, take, out.dtype, off).double())
+                    k += take
+                want = torch.cat(parts)
+            else:
+                want = reduce_ref([value(r, stop - start, out.dtype, rank * n + start) for r in range(world)], op)
+            wrong += self._differ(flat[start:stop].cpu().double(), want, out.dtype)
+        return wrong
+
+    @staticmethod
+    def _differ(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> int:
+        want = want.to(dtype).double()  # the dtype's own rounding of the exact answer
+        tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
         return int((~torch.isclose(got, want, rtol=tol, atol=tol)).sum().item())
 
 

@@ -72,6 +72,20 @@ class Communicators:
         store = dist.PrefixStore(self._name(stage, members, "gloo"), self.info.store)
         return dist.ProcessGroupGloo(store, members.index(self.rank), len(members), self.info.timeout)
 
+    def abort(self, why: str) -> None:
+        """Wake whatever is blocked on these communicators: the C++ side's abort
+        (the shared-memory segments' flag, so host peers fail too; the gloo
+        comms' point-to-point waits), then gloo's own abort of each sub-group."""
+        self.transport.abort(why)
+        for pg in list(self._pgs.values()):
+            pg.abort()
+
     def close(self) -> None:
+        """Drop every communicator: the C++ side's references first (the
+        segments are unmapped with the last one), then the sub-groups, shut
+        down so their threads and sockets go now rather than whenever the
+        last reference dies. The whole group's own backend is not ours to shut."""
         self.transport.clear()
-        self._pgs.clear()
+        pgs, self._pgs = list(self._pgs.values()), {}
+        for pg in pgs:
+            pg.shutdown()

@@ -8,6 +8,7 @@ collectives in the same order, which keeps sub-group traffic matched)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import re
@@ -104,6 +105,13 @@ def resolve_topology(info: GroupInfo, prefix: str, cfg: Config, device: torch.de
 _generations: Counter[str] = Counter()
 
 
+# Plans kept per engine, least recently used dropped first. A plan and its C++
+# form take about 10 KiB: a loop over many distinct sizes (the soak) would
+# otherwise grow RSS by 10 KiB a call up to the cap, while a training loop uses
+# a few dozen sizes.
+PLAN_CACHE_SIZE = 256
+
+
 @dataclass
 class _Compiled:
     """A cached plan, its C++ form, its hash (agreement.plan_hash), and whether its communicators exist."""
@@ -137,6 +145,9 @@ class Engine:
         self._lock = threading.Lock()
         self._outstanding = 0
         self._spare: torch.Tensor | None = None  # a CPU work buffer kept between calls
+        self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
+        self._busy = 0  # runs in flight (worker or inline): teardown waits for them
+        self._idle = threading.Condition(self._lock)
         # the C++ executor: NCCL for CUDA tensors, shared memory + gloo for CPU ones
         self.nccl: NcclRunner | None = None
         self.comms: Communicators | None = None
@@ -172,13 +183,13 @@ class Engine:
         if self.executor is None:
             algo = "native"
         key = (collective, count, elem_size, algo, pcfg)
-        entry = self._plans.get(key)
+        entry = self._plans.pop(key, None)
         if entry is None:
             plan = make_plan(collective, count, elem_size, self.topology, algo, pcfg)
             entry = _Compiled(plan, to_native(plan) if self.executor is not None else None, plan_hash(plan))
-            if len(self._plans) > 4096:
-                self._plans.clear()
-            self._plans[key] = entry
+            if len(self._plans) >= PLAN_CACHE_SIZE:  # least recently used out (dicts keep insertion order)
+                self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = entry  # (re)inserted last: the most recently used
         if cfg.debug:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), entry.plan.summary())
         return entry
@@ -209,8 +220,13 @@ class Engine:
                  check: str) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
-        if self.failed is not None:
-            raise self._failed_earlier(call.collective)
+        with self._running(call.collective):
+            if self.failed is not None:
+                raise self._failed_earlier(call.collective)
+            self._execute_checked(entry, inp, out, reduce_op, call, check)
+
+    def _execute_checked(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
+                         check: str) -> None:
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
@@ -366,11 +382,80 @@ class Engine:
             with torch.cuda.stream(stream):
                 yield
 
+    # -- teardown ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _running(self, what: str) -> Iterator[None]:
+        """Around every run (on the worker or inline): raises at once on a
+        closed or aborted engine, and keeps teardown from freeing the
+        communicators under a run still in flight."""
+        with self._lock:
+            self.check_usable(what)
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def check_usable(self, what: str = "this call") -> None:
+        """Raise if this engine was closed or aborted: its communicators are gone."""
+        if self.closed is not None:
+            raise RuntimeError(f"hocc: {what} on group {self.info.name!r} cannot run: the group's hocc engine "
+                               f"was {self.closed}. Destroy the process group and init it again "
+                               "(torch.distributed.destroy_process_group, then init_process_group / new_group)")
+
     def close(self) -> None:
-        self.watchdog.close()
+        """Release everything this engine holds once the calls made before have
+        ended: the worker thread, the gloo sub-groups, the shared-memory
+        segments and the buffers. Idempotent; later calls raise."""
+        with self._lock:
+            if self.closed is None:
+                self.closed = "closed"
         self._worker.shutdown(wait=True)
-        if self.comms is not None:
-            self.comms.close()
+        self._release_when_idle()
+
+    def abort(self, why: str) -> None:
+        """Make the call in flight and every later one fail now: the shared-
+        memory segments' abort flag (host peers fail too), gloo's abort of the
+        sub-groups, ncclCommAbort. Queued calls are cancelled; what close()
+        releases goes once the call in flight has returned (at once if none
+        is: the watchdog may call this from its own thread)."""
+        with self._lock:
+            if self.closed is None or self.closed == "closed":
+                self.closed = f"aborted ({why})"
+            comms, nccl = self.comms, self.nccl
+        if comms is not None:
+            comms.abort(why)
+        elif nccl is not None:  # ncclCommAbort, where the binding has it
+            nccl_abort = getattr(nccl.transport, "abort", None)
+            if nccl_abort is not None:
+                nccl_abort(why)
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            busy = self._busy > 0
+        if busy:
+            threading.Thread(target=self._release_when_idle, name="hocc-release", daemon=True).start()
+        else:
+            self._release_when_idle()
+
+    def _release_when_idle(self) -> None:
+        """Drop every reference to a backend, not just shut it, once no run is
+        in flight: a closed engine can outlive its group (a caught error's
+        traceback holds the frame that holds it), and gloo frees a group's
+        threads and sockets only with the last reference."""
+        with self._lock:
+            self._idle.wait_for(lambda: self._busy == 0)
+            comms, self.comms = self.comms, None
+            self.executor = self.transport = self.nccl = None
+            self.info = dataclasses.replace(self.info, inner=None)
+            self._spare = None
+            self._plans.clear()
+            self._settings = None
+            self.group = None
+        self.watchdog.close()
+        if comms is not None:
+            comms.close()
 
 
 def _backend_call(backend: Any, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
@@ -391,36 +476,3 @@ def _backend_call(backend: Any, collective: str, inp: torch.Tensor, out: torch.T
         backend._reduce_scatter_base(out.view(-1), inp.view(-1), ropts).wait()
     if reduce_op == "avg":
         out.div_(size)
-
-
-_engines: dict[tuple[int, str], Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | None = None) -> Engine:
-    cfg = cfg or get_config()
-    own = getattr(group, "hocc_engine", None)
-    if own is not None:  # a group of the hocc backend keeps its own engines
-        return own(device)
-    key = (id(group), device.type)
-    with _engines_lock:
-        eng = _engines.get(key)
-        if eng is not None and eng.group is group and eng.cfg.topology == cfg.topology:
-            return eng
-    eng = Engine(GroupInfo.of(group, device), device, cfg)
-    eng.group = group
-    with _engines_lock:
-        old = _engines.get(key)
-        _engines[key] = eng
-    if old is not None:
-        old.close()
-    return eng
-
-
-def reset_engines() -> None:
-    """Forget every engine (after destroy_process_group, or to apply new settings)."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for e in engines:
-        e.close()
