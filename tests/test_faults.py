@@ -24,7 +24,7 @@ try:
 finally:
     sys.path.pop(0)
 
-TIMEOUT_S = 4.0
+TIMEOUT_S = 3.0
 
 
 def _explain(results: list[dict[str, Any]]) -> str:
@@ -52,6 +52,10 @@ def _bench_lock() -> Iterator[None]:
                     reason="cutting an emulated host's link needs root (network namespaces)")
 def test_link_cut_on_the_emulated_cluster() -> None:
     with _bench_lock():
-        results = [faults.run_cell(c, TIMEOUT_S, 65536) for c in faults.cells(with_cut=True) if c.fault == "cut"]
-    assert len(results) == 4
+        # two of the four cells (bench/faults.py runs all): a cut during the host stage with shm,
+        # and during the rail stage with net host stages
+        cut = [c for c in faults.cells(with_cut=True) if c.fault == "cut"
+               and (c.where, c.transport) in (("host", "shm"), ("rail", "net"))]
+        results = [faults.run_cell(c, TIMEOUT_S, 65536) for c in cut]
+    assert len(results) == 2
     assert all(r["passed"] for r in results), _explain(results)
