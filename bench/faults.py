@@ -171,8 +171,8 @@ def run_cell(cell: Cell, timeout_s: float, count: int, python: str = sys.executa
             "passed": all(ok_ranks) and not crashed and not leaked and len(ok_ranks) == len(survivors)}
 
 
-def run_matrix(timeout_s: float, count: int, with_cut: bool, parallel: int = 4) -> list[dict[str, Any]]:
-    """Local cells `parallel` at a time (they mostly wait); cut cells one by one (one emulated cluster)."""
+def run_matrix(timeout_s: float, count: int, with_cut: bool, parallel: int = 6) -> list[dict[str, Any]]:
+    """Local cells `parallel` at a time (they mostly wait on timeouts); cut cells one by one (one emulated cluster)."""
     local = [c for c in cells(with_cut) if c.fault != "cut"]
     with ThreadPoolExecutor(parallel) as pool:
         results = list(pool.map(lambda c: run_cell(c, timeout_s, count), local))
