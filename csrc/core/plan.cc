@@ -18,6 +18,24 @@ Impl parse_impl(const std::string& n) {
   throw Error("hocc: unknown plan impl '" + n + "'");
 }
 
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::reduce_scatter: return "reduce_scatter";
+    case Op::all_gather: return "all_gather";
+    case Op::all_reduce: return "all_reduce";
+  }
+  return "?";
+}
+
+const char* impl_name(Impl i) {
+  switch (i) {
+    case Impl::native: return "native";
+    case Impl::ring: return "ring";
+    case Impl::shm: return "shm";
+  }
+  return "?";
+}
+
 Buf parse_buf(const std::string& n) {
   if (n == "work") return Buf::work;
   if (n == "input") return Buf::input;

@@ -60,6 +60,8 @@ struct Plan {
 
 Op parse_plan_op(const std::string& name);
 Impl parse_impl(const std::string& name);
+const char* op_name(Op op);      // the names parse_plan_op and parse_impl read
+const char* impl_name(Impl impl);
 Buf parse_buf(const std::string& name);
 WorkAt parse_work_at(const std::string& name);
 

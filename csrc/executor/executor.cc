@@ -67,23 +67,6 @@ void Executor::inject_fault(int stage, const std::string& action) {
 
 namespace {
 
-const char* op_word(Op op) {
-  switch (op) {
-    case Op::all_reduce: return "all_reduce";
-    case Op::all_gather: return "all_gather";
-    case Op::reduce_scatter: return "reduce_scatter";
-  }
-  return "?";
-}
-
-const char* impl_word(Impl i) {
-  switch (i) {
-    case Impl::ring: return "ring";
-    case Impl::shm: return "shm";
-    default: return "native";
-  }
-}
-
 std::string ranks_of(const GroupSlice& g) {
   std::string s;
   for (size_t i = 0; i < g.ranks.size(); ++i) s += (i ? "," : "") + std::to_string(g.ranks[i]);
@@ -112,7 +95,7 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
       run_group(s, *g, r, lane);
     } catch (const std::exception& e) {
       throw Error("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
-                  impl_word(s.impl) + " " + op_word(s.op) + " over ranks [" + ranks_of(*g) + "]: " + e.what());
+                  impl_name(s.impl) + " " + op_name(s.op) + " over ranks [" + ranks_of(*g) + "]: " + e.what());
     }
   }
 }

@@ -69,15 +69,6 @@ Plan make_plan(const std::string& collective, int world, int stages, const Layou
   return p;
 }
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::reduce_scatter: return "reduce_scatter";
-    case Op::all_gather: return "all_gather";
-    case Op::all_reduce: return "all_reduce";
-  }
-  return "?";
-}
-
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
 std::unique_ptr<Device> make_device(const std::string& name) {
