@@ -55,9 +55,11 @@ def cells(with_cut: bool) -> list[Cell]:
     return [Cell(f, w, t) for f in FAULTS if with_cut or f != "cut" for w in WHERE for t in TRANSPORTS]
 
 
-def shm_entries() -> set[str]:
+def shm_entries(pids: list[int]) -> set[str]:
+    """This cell's hocc segments in /dev/shm: their names start with the creating rank's pid
+    (cells run side by side, and another cell's segment lives for milliseconds during its set-up)."""
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("hocc-")}
+        return {n for n in os.listdir("/dev/shm") if any(n.startswith(f"hocc-{p}-") for p in pids)}
     except FileNotFoundError:
         return set()
 
@@ -113,7 +115,6 @@ def rank_main(a: argparse.Namespace) -> None:
 def run_cell(cell: Cell, timeout_s: float, count: int, python: str = sys.executable) -> dict[str, Any]:
     """Run one cell; its outcome per rank and whether it passed."""
     out = tempfile.mkdtemp(prefix=f"hocc-faults-{cell.name}-")
-    shm_before = shm_entries()
     victim = VICTIM[cell.fault]
     args = ["--rank-main", "--out", out, "--fault", cell.fault, "--stage", str(WHERE[cell.where]),
             "--victim", str(victim), "--timeout", str(timeout_s), "--count", str(count)]
@@ -133,8 +134,9 @@ def run_cell(cell: Cell, timeout_s: float, count: int, python: str = sys.executa
         for r in range(WORLD):
             e = dict(env, RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                      HOCC_TOPOLOGY="2x2")
-            procs.append(subprocess.Popen([python, __file__, *args], env=e, start_new_session=True,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            with open(Path(out, f"rank{r}.stderr"), "wb") as err_file:  # a pipe nobody reads could block a rank
+                procs.append(subprocess.Popen([python, __file__, *args], env=e, start_new_session=True,
+                                              stdout=subprocess.DEVNULL, stderr=err_file))
     survivors = [r for r in range(WORLD) if not (cell.fault in ("kill", "stop") and r == victim)]
     deadline = time.monotonic() + 90 + timeout_s  # start-up on a loaded machine, then the fault
     try:
@@ -162,13 +164,23 @@ def run_cell(cell: Cell, timeout_s: float, count: int, python: str = sys.executa
                 and ranks[r]["again"] is not None and ranks[r]["again_s"] < 1.0 and ranks[r]["unchanged"]
                 and ranks[r]["warm_ok"] for r in survivors]
     crashed = [r for r in survivors if codes[r] not in (None, 0)]
-    leaked = sorted(shm_entries() - shm_before)
+    leaked = sorted(shm_entries([p.pid for p in procs]))
     times = [ranks[r]["raised_s"] for r in survivors if ranks[r] is not None]
     first = next((ranks[r]["message"] for r in survivors if ranks[r] is not None and ranks[r]["message"]), "")
+    stderr = {r: _tail(Path(out, f"rank{r}.stderr")) for r in survivors if ranks[r] is None or r in crashed}
     return {"cell": cell.name, "fault": cell.fault, "where": cell.where, "transport": cell.transport,
             "victim": victim, "survivors": survivors, "raised": sum(ok_ranks), "max_raise_s": max(times, default=None),
             "limit_s": limit, "crashed": crashed, "shm_leaked": leaked, "ranks": ranks, "example": first,
+            "stderr": stderr,
             "passed": all(ok_ranks) and not crashed and not leaked and len(ok_ranks) == len(survivors)}
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    """The end of a rank's stderr (what a crashed or silent survivor said)."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except FileNotFoundError:
+        return ""
 
 
 def run_matrix(timeout_s: float, count: int, with_cut: bool, parallel: int = 6) -> list[dict[str, Any]]:
@@ -216,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if not r["passed"]:
             print(f"{r['cell']}: {json.dumps(r['ranks'])[:2000]}", file=sys.stderr)
+            for rank, text in r["stderr"].items():
+                print(f"{r['cell']} rank {rank} stderr:\n{text}", file=sys.stderr)
     if a.out:
         Path(a.out).write_text(text + "\nExample message (a survivor's):\n\n    " + (results[0]["example"] if results
                                                                                        else "") + "\n")

@@ -29,7 +29,9 @@ TIMEOUT_S = 3.0
 
 def _explain(results: list[dict[str, Any]]) -> str:
     bad = [r for r in results if not r["passed"]]
-    return faults.table(results, TIMEOUT_S) + "".join(f"\n{r['cell']}: {json.dumps(r['ranks'])[:1500]}" for r in bad)
+    return faults.table(results, TIMEOUT_S) + "".join(
+        f"\n{r['cell']}: {json.dumps(r['ranks'])[:1500]}"
+        + "".join(f"\n{r['cell']} rank {k} stderr: {v}" for k, v in r["stderr"].items()) for r in bad)
 
 
 def test_local_faults() -> None:

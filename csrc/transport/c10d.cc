@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "kernels/reduce_cpu.h"
 
 namespace hocc {
@@ -60,8 +61,7 @@ class C10dComm final : public Comm {
     const size_t es = dtype_size(t);
     char* into = recv;
     if (op != RedOp::none && recv_n) {  // receive beside, then reduce into place
-      if (scratch_.size() < recv_n * es) scratch_.resize(recv_n * es);
-      into = scratch_.data();
+      into = scratch_.at_least(recv_n * es);
     }
     // our data may leave at once: the successor only takes it once it has checked our call id
     std::vector<at::Tensor> s{view(send, send_n, t)}, r{view(into, recv_n, t)};
@@ -96,10 +96,7 @@ class C10dComm final : public Comm {
     // gloo must not read and write the same memory: an output inside the input goes beside first
     const bool inside = out < src + size_t(n) * seg * es && src < out + seg * es;
     char* into = out;
-    if (inside) {
-      if (scratch_.size() < seg * es) scratch_.resize(seg * es);
-      into = scratch_.data();
-    }
+    if (inside) into = scratch_.at_least(seg * es);
     collective("reduce_scatter", [&] {
       at::Tensor o = view(into, seg, t), i = view(src, size_t(n) * seg, t);
       c10d::ReduceScatterOptions opts;
@@ -114,9 +111,9 @@ class C10dComm final : public Comm {
     const size_t es = dtype_size(t);
     const bool inside = src < dst + size_t(n) * seg * es && dst < src + seg * es;
     if (inside) {  // our own segment in place: gloo needs it apart
-      if (scratch_.size() < seg * es) scratch_.resize(seg * es);
-      std::memcpy(scratch_.data(), src, seg * es);
-      src = scratch_.data();
+      char* apart = scratch_.at_least(seg * es);
+      std::memcpy(apart, src, seg * es);
+      src = apart;
     }
     collective("all_gather", [&] {
       at::Tensor o = view(dst, size_t(n) * seg, t), i = view(src, seg, t);
@@ -239,7 +236,7 @@ class C10dComm final : public Comm {
   }
 
   c10::intrusive_ptr<c10d::Backend> pg_;
-  std::vector<char> scratch_;
+  HostBuffer scratch_;  // received pieces before their reduction; outputs apart from inputs
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
   CallId mine_, theirs_;             // the call check's buffers
   c10::intrusive_ptr<c10d::Work> hs_, hr_;

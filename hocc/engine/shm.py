@@ -6,7 +6,8 @@ waiting ranks sleep in the kernel (futex) instead of spinning, as 8 ranks may
 share 2 cores. This module sets the segment up.
 
 Hygiene: member 0 creates the file under /dev/shm with a name nobody can
-guess (uuid4), publishes it through the store, and unlinks it as soon as every
+guess (uuid4) behind its own pid (so a file left by a crash during set-up says
+whose it was), publishes it through the store, and unlinks it as soon as every
 member has mapped it, so nothing is left behind on exit or crash after set-up.
 Two groups, or two jobs, on one host never share a segment.
 """
@@ -34,7 +35,7 @@ def attach_shm(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
     secs = timeout.total_seconds()
     size = c.ShmComm.segment_bytes(n, piece_bytes)
     if me == 0:
-        path = os.path.join(SHM_DIR, f"hocc-{uuid.uuid4().hex}")
+        path = os.path.join(SHM_DIR, f"hocc-{os.getpid()}-{uuid.uuid4().hex}")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, size)
