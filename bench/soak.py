@@ -55,12 +55,18 @@ class Call:
     async_op: bool
 
 
-def schedule(calls: int, max_bytes: int, seed: int) -> list[Call]:
-    """The same list on every rank: sizes log-uniform in [4 B, max_bytes]."""
+def schedule(calls: int, max_bytes: int, seed: int, size_pool: int = 0) -> list[Call]:
+    """The same list on every rank: sizes log-uniform in [4 B, max_bytes], each call a new one, or
+    drawn from `size_pool` such sizes (a training loop's few bucket and shard sizes, over and over)."""
     rng = random.Random(seed)
     lo, hi = math.log(4), math.log(max_bytes)
-    return [Call(rng.choice(OPS), rng.choice(ALGOS), rng.choice(GROUPS), int(math.exp(rng.uniform(lo, hi))),
-                 rng.random() < 0.5) for _ in range(calls)]
+    pool = [int(math.exp(rng.uniform(lo, hi))) for _ in range(size_pool)]
+
+    def size() -> int:
+        return rng.choice(pool) if pool else int(math.exp(rng.uniform(lo, hi)))
+
+    return [Call(rng.choice(OPS), rng.choice(ALGOS), rng.choice(GROUPS), size(), rng.random() < 0.5)
+            for _ in range(calls)]
 
 
 def warmup_calls(max_bytes: int) -> list[Call]:
@@ -142,7 +148,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
     groups = _groups(args.topology)
-    calls = schedule(args.calls, args.max_bytes, args.seed)
+    calls = schedule(args.calls, args.max_bytes, args.seed, args.size_pool)
     gen = torch.Generator().manual_seed(1000 + rank)
     rows: list[tuple[int, int, float, float, int, int, float]] = []
     failures: list[str] = []
@@ -248,10 +254,11 @@ def plot(rows: list[tuple[int, int, float, float, int, int, float]], world: int,
 
 
 def report(summary: dict[str, Any], failures: list[str], args: argparse.Namespace, command: str) -> str:
+    pool = f", drawn from {args.size_pool} fixed sizes" if args.size_pool else ""
     lines = [f"# Soak: {args.calls} mixed collectives on {summary['world']} CPU ranks ({args.topology}, "
              f"host stage {args.host_transport})", "",
              f"Command: `{command}`", "",
-             f"Sizes 4 B to {args.max_bytes} B (log-uniform, seed {args.seed}); ops {', '.join(OPS)}; algos "
+             f"Sizes 4 B to {args.max_bytes} B (log-uniform, seed {args.seed}{pool}); ops {', '.join(OPS)}; algos "
              f"{', '.join(ALGOS)}; sync and async (up to {MAX_IN_FLIGHT} in flight); groups: world, host, rail. "
              f"Checked against torch.distributed every {args.check_every} calls; sampled every "
              f"{args.sample_every} calls. Warm-up: every (group, op, algo) once at 4 B, 4 KiB, 256 KiB and "
@@ -282,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=10000)
     ap.add_argument("--max-bytes", type=parse_size, default=parse_size("64M"))
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--size-pool", type=int, default=0,
+                    help="draw sizes from this many fixed ones (a training loop's), not a new size each call")
     ap.add_argument("--check-every", type=int, default=50)
     ap.add_argument("--sample-every", type=int, default=100)
     ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the calls before the RSS baseline")

@@ -2,12 +2,8 @@
 
 Starting ranks costs seconds, so each test runs many cases inside one world. A
 rank that raises fails the test with its traceback (torch.multiprocessing
-reports it and ends the other ranks).
-
-Ranks start from a forkserver that has imported torch once: spawning 8 fresh
-interpreters that each import torch took about 8 of a world's 12 s on 2 cores.
-Only torch is preloaded: hocc and the test's own module are imported in each
-rank after its HOCC_* environment is set, as in a real job."""
+reports it and ends the other ranks). Ranks start as hocc-bench's do, from a
+forkserver that has imported torch (hocc/bench/launch.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import torch.multiprocessing as mp
-
-_FORKSERVER = "forkserver"
-mp.get_context(_FORKSERVER).set_forkserver_preload(["torch", "torch.distributed"])
+from hocc.bench.launch import start_local_ranks
 
 
 def hocc_env(topology: str, host_transport: str, chunks: str = "", shm_piece_bytes: str = "") -> dict[str, str]:
@@ -61,5 +54,4 @@ def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: flo
 def run_world(world: int, fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
               timeout_s: float = 300.0, backend: str = "gloo") -> None:
     """Run fn(rank, world, *args) on `world` spawned ranks (default group: `backend`)."""
-    mp.start_processes(_entry, args=(world, free_port(), dict(env or {}), timeout_s, backend, fn, args),
-                       nprocs=world, join=True, start_method=_FORKSERVER)
+    start_local_ranks(_entry, (world, free_port(), dict(env or {}), timeout_s, backend, fn, args), world)

@@ -33,4 +33,17 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The ranks are not in the same call (count, dtype, op, algo, or a skipped
+// call): Python sees hocc._C.HoccMismatchError, which hocc raises as
+// hocc.CallMismatchError. Kept through every re-wrap that adds context.
+struct MismatchError : Error {
+  using Error::Error;
+};
+
+// `e`'s kind (Error or MismatchError) again, its text behind `context`
+[[noreturn]] inline void rethrow_with(const std::string& context, const std::exception& e) {
+  if (dynamic_cast<const MismatchError*>(&e)) throw MismatchError(context + e.what());
+  throw Error(context + e.what());
+}
+
 }  // namespace hocc

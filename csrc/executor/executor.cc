@@ -94,8 +94,9 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
     try {
       run_group(s, *g, r, lane);
     } catch (const std::exception& e) {
-      throw Error("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
-                  impl_name(s.impl) + " " + op_name(s.op) + " over ranks [" + ranks_of(*g) + "]: " + e.what());
+      rethrow_with("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
+                       impl_name(s.impl) + " " + op_name(s.op) + " over ranks [" + ranks_of(*g) + "]: ",
+                   e);
     }
   }
 }
@@ -222,7 +223,8 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     for (int k = 0; k < plan.chunks(); ++k) dep[s][k] = dependency(s, k);
   std::mutex mu;
   std::condition_variable cv;
-  std::string error;
+  std::string error;     // the first failure, on any lane
+  bool mismatch = false;  // ... and whether it was the ranks disagreeing on the call
 
   auto lane_main = [&](int s) {
     Lane lane{lane_stream(s), &dev};
@@ -243,7 +245,10 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lk(mu);
-        if (error.empty()) error = e.what();
+        if (error.empty()) {
+          error = e.what();
+          mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
+        }
         cv.notify_all();
       }
       t_.abort(e.what());
@@ -255,6 +260,7 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     if (!lanes[s].empty()) threads.emplace_back(lane_main, s);
   lane_main(0);
   for (auto& th : threads) th.join();
+  if (mismatch) throw MismatchError(error);
   if (!error.empty()) throw Error(error);
 }
 

@@ -143,7 +143,8 @@ class InProcRunner {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and NCCL transports";
-  py::register_exception<Error>(m, "HoccNativeError", PyExc_RuntimeError);
+  auto& native_error = py::register_exception<Error>(m, "HoccNativeError", PyExc_RuntimeError);
+  py::register_exception<MismatchError>(m, "HoccMismatchError", native_error.ptr());
 
   m.def("cuda_built", [] {
 #ifdef HOCC_WITH_CUDA

@@ -162,7 +162,7 @@ class C10dComm final : public Comm {
     finish(hr_, "the call check", "waiting for " + who(prev()) + " (the ring predecessor)");
     std::string d = differences(mine_, theirs_);
     if (!d.empty())
-      throw Error("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
+      throw MismatchError("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
                   describe(theirs_) + ", this rank in " + describe(mine_) + ": " + d +
                   ". Every rank must make the same collective calls in the same order with the same sizes, "
                   "dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");

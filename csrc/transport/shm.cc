@@ -124,11 +124,12 @@ void ShmComm::abort(const std::string& why) {
   futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
 }
 
-void ShmComm::fail(const std::string& why) {
+void ShmComm::fail(const std::string& why, bool mismatch) {
   broken_ = why;
   uint32_t none = 0;  // the first member to fail is the one peers name
   __atomic_compare_exchange_n(&hdr_->abort, &none, uint32_t(me + 1), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   futex(&hdr_->gen, FUTEX_WAKE, INT32_MAX, nullptr);
+  if (mismatch) throw MismatchError("hocc shm: " + why);
   throw Error("hocc shm: " + why);
 }
 
@@ -194,7 +195,8 @@ void ShmComm::agree() {
     if (!d.empty())
       fail("the ranks disagree on this call: " + who(j) + " is in " + describe(theirs) + ", this rank in " +
            describe(mine) + ": " + d + ". Every rank must make the same collective calls in the same order "
-           "with the same sizes, dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
+           "with the same sizes, dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)",
+           true);
   }
   agreed_ = mine.seq;
   ++checked_;

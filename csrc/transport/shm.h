@@ -71,7 +71,7 @@ class ShmComm final : public Comm {
   void agree();
   std::string missing(uint64_t want) const;
   void check_alive(uint64_t want);
-  void fail(const std::string& why);
+  [[noreturn]] void fail(const std::string& why, bool mismatch = false);
   char* slot(int member, int half) const;
   void check_usable() const;
 

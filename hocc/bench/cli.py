@@ -187,12 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     if a.nprocs:
         import socket
 
-        import torch.multiprocessing as mp
+        from hocc.bench.launch import start_local_ranks
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        mp.spawn(_spawned, args=(a.nprocs, port, argv), nprocs=a.nprocs, join=True)
+        start_local_ranks(_spawned, (a.nprocs, port, argv), a.nprocs)
         return
     if "RANK" not in os.environ:
         raise SystemExit("hocc-bench: no RANK in the environment; run it under torchrun, or pass --nprocs N")

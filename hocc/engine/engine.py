@@ -284,8 +284,8 @@ class Engine:
             self._abort_transport(msg)
             if self._peer_failure is None:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
-        kind = CallMismatchError if isinstance(e, CallMismatchError) or "disagree on this call" in why else \
-            CollectiveError
+        native_mismatch = getattr(load(), "HoccMismatchError", ())  # csrc's MismatchError, kept through re-wraps
+        kind = CallMismatchError if isinstance(e, (CallMismatchError, native_mismatch)) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
 
     def _failed_earlier(self, collective: str) -> CollectiveError:
