@@ -13,9 +13,6 @@ ALGOS = ("native", "ring", "ho_ring", "auto")
 ALL_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64,
           torch.uint8)
-# every dtype goes through the same reduction kernels on every topology: the
-# topology-heavy tests run these (every op on float32, integers, a 2-byte float)
-SHORT_DTYPES = (torch.float32, torch.int32, torch.bfloat16)
 SIZES = (1, 13, 1031)  # one, a prime below the world size's multiples, a large prime
 
 

@@ -9,12 +9,12 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from tests.cases import DTYPES, SHORT_DTYPES, check_all, check_list_forms
+from tests.cases import check_all, check_list_forms
 from tests.worlds import hocc_env, run_world
 
 
-def _world_body(rank: int, world: int, spec: str, transport: str, full: bool) -> None:
-    cases = check_all(rank, world, dtypes=DTYPES if full else SHORT_DTYPES)
+def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
+    cases = check_all(rank, world)
     check_list_forms(rank, world)
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
@@ -24,19 +24,17 @@ def _world_body(rank: int, world: int, spec: str, transport: str, full: bool) ->
         host_impls = {s.impl for s in plan.steps if s.tier == "host"}
         if plan.algo == "ho_ring" and "host" in plan.meta["tiers"]:
             assert host_impls == ({"shm"} if transport == "shm" else host_impls - {"shm"}), plan.describe()
-    assert cases > (300 if full else 150)
+    assert cases > 300
 
 
-# (topology, forced K, host transport, shm piece bytes, every dtype): small
-# pieces make small tensors stream through the segment in many pieces, as large
-# ones do; every dtype on one topology per host transport, the short list elsewhere
-@pytest.mark.parametrize("spec,chunks,transport,piece,full", [
-    ("2x4", "3", "net", "", True), ("2x4", "2", "shm", "4096", False), ("4x2", "", "net", "", False),
-    ("2x4:scattered", "2", "shm", "", True), ("2x2x2", "2", "net", "", False), ("3+5", "", "shm", "", False),
-    ("8", "", "shm", "4096", False), ("8", "", "net", "", False),
+# (topology, forced K, host transport, shm piece bytes): small pieces make small
+# tensors stream through the segment in many pieces, as large ones do
+@pytest.mark.parametrize("spec,chunks,transport,piece", [
+    ("2x4", "3", "net", ""), ("2x4", "2", "shm", "4096"), ("4x2", "", "net", ""), ("2x4:scattered", "2", "shm", ""),
+    ("2x2x2", "2", "net", ""), ("3+5", "", "shm", ""), ("8", "", "shm", "4096"), ("8", "", "net", ""),
 ])
-def test_eight_ranks(spec: str, chunks: str, transport: str, piece: str, full: bool) -> None:
-    run_world(8, _world_body, spec, transport, full, env=hocc_env(spec, transport, chunks, piece))
+def test_eight_ranks(spec: str, chunks: str, transport: str, piece: str) -> None:
+    run_world(8, _world_body, spec, transport, env=hocc_env(spec, transport, chunks, piece))
 
 
 def _subgroups_body(rank: int, world: int) -> None:

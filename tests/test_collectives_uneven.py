@@ -21,13 +21,13 @@ from hocc.executor.inproc import InProcWorld
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.types import PAD_BLOCK
 from hocc.topology import HostInfo, Topology, parse_spec
-from tests.cases import DTYPES, SHORT_DTYPES, check_all
+from tests.cases import check_all
 from tests.worlds import hocc_env, run_world
 
 SMALL = (torch.float32, torch.int64, torch.bfloat16)
 
 
-def _body(rank: int, world: int, transport: str, full: bool, dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
+def _body(rank: int, world: int, transport: str, full: bool) -> None:
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
         assert plan.algo == "ho_ring" and plan.meta.get("uneven"), plan.describe()
@@ -37,18 +37,16 @@ def _body(rank: int, world: int, transport: str, full: bool, dtypes: tuple[torch
         if not full and coll != "all_reduce":  # three levels: a switch stage, then trunk rails
             assert {"host", "nic", "trunk"} <= set(plan.meta["tiers"]), plan.describe()
     # only ho_ring is new here (native, ring and auto run on these shapes in test_collectives.py)
-    kw = {"algos": ("ho_ring",), "dtypes": dtypes} if full else {"dtypes": SMALL, "algos": ("ho_ring", "auto")}
+    kw = {"algos": ("ho_ring",)} if full else {"dtypes": SMALL, "algos": ("ho_ring", "auto")}
     assert check_all(rank, world, **kw) > 50
 
 
-# every dtype on the largest shape, the short list on the others
-@pytest.mark.parametrize("spec,chunks,transport,piece,dtypes", [
-    ("1+7", "3", "net", "", SHORT_DTYPES), ("2+3+3", "2", "shm", "4096", SHORT_DTYPES),
-    ("4+4+3", "", "shm", "", DTYPES),
+@pytest.mark.parametrize("spec,chunks,transport,piece", [
+    ("1+7", "3", "net", ""), ("2+3+3", "2", "shm", "4096"), ("4+4+3", "", "shm", ""),
 ])
-def test_unequal_hosts(spec: str, chunks: str, transport: str, piece: str, dtypes: tuple[torch.dtype, ...]) -> None:
+def test_unequal_hosts(spec: str, chunks: str, transport: str, piece: str) -> None:
     world = sum(int(x) for x in spec.split("+"))
-    run_world(world, _body, transport, True, dtypes, env=hocc_env(spec, transport, chunks, piece))
+    run_world(world, _body, transport, True, env=hocc_env(spec, transport, chunks, piece))
 
 
 def test_three_levels_unequal_switches(tmp_path: Path) -> None:

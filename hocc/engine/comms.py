@@ -45,11 +45,18 @@ class Communicators:
             if self.transport.has(stage, list(members), impl):
                 continue
             me, n = members.index(self.rank), len(members)
-            if impl == "shm":
-                comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n, self.info.timeout,
-                                  self.shm_piece_bytes, self.shm_wait)
-            else:
-                comm = c.c10d_comm(self._backend(stage, members, impl), me, n)
+            try:
+                if impl == "shm":
+                    comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n,
+                                      self.info.timeout, self.shm_piece_bytes, self.shm_wait)
+                else:
+                    comm = c.c10d_comm(self._backend(stage, members, impl), me, n)
+            except Exception as e:  # re-raised with what was being set up
+                raise RuntimeError(
+                    f"setting up the {impl} communicator of stage {stage} over ranks "
+                    f"[{','.join(map(str, members))}] failed: {e} (every "
+                    "member sets it up at its first call that needs it: a member that is gone, stopped, or in "
+                    "another call, such as the same call with another algo or size, never arrives)") from e
             self.transport.add(stage, list(members), impl, comm)
 
     def _backend(self, stage: int, members: tuple[int, ...], impl: str) -> Any:
