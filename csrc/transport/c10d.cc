@@ -163,9 +163,9 @@ class C10dComm final : public Comm {
     std::string d = differences(mine_, theirs_);
     if (!d.empty())
       throw MismatchError("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
-                  describe(theirs_) + ", this rank in " + describe(mine_) + ": " + d +
-                  ". Every rank must make the same collective calls in the same order with the same sizes, "
-                  "dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
+                          describe(theirs_) + ", this rank in " + describe(mine_) + ": " + d +
+                          ". Every rank must make the same collective calls in the same order with the same "
+                          "sizes, dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
     agreed_ = mine_.seq;
   }
   void check_done() { finish(hs_, "the call check", "sending to " + who(next()) + " (the ring successor)"); }

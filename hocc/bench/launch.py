@@ -3,10 +3,11 @@
 Ranks start from a forkserver that has imported torch once, not as fresh
 interpreters: 8 spawned ranks that each import torch cost about 8 s of CPU on a
 2-core machine before any collective runs (an 8-rank test world: 12.4 s with
-spawn, 3.9 s from the forkserver). Only torch is preloaded; hocc and the
-caller's module are imported in each rank after its environment is set, and
-each rank gets the caller's environment of the moment (the server keeps the one
-it started with), so it behaves as a spawned rank would.
+spawn, 3.9 s from the forkserver). Only torch is preloaded. Each rank gets the
+caller's environment of the moment (the server keeps the one it started with)
+before the caller's function runs; hocc, imported as the rank unpickles this
+module's entry, reads its HOCC_* settings only at first use, so a rank behaves
+as a spawned one would.
 """
 
 from __future__ import annotations

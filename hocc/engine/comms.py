@@ -45,6 +45,10 @@ class Communicators:
             if self.transport.has(stage, list(members), impl):
                 continue
             me, n = members.index(self.rank), len(members)
+            if impl != "shm" and not self._whole_group(stage, members, impl) and \
+                    not isinstance(self.info.inner, dist.ProcessGroupGloo):
+                raise RuntimeError(f"hocc runs CPU plans over gloo sub-groups, not {type(self.info.inner).__name__}; "
+                                   "use gloo under it for CPU tensors, or algo='native'")
             try:
                 if impl == "shm":
                     comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n,
@@ -59,10 +63,13 @@ class Communicators:
                     "another call, such as the same call with another algo or size, never arrives)") from e
             self.transport.add(stage, list(members), impl, comm)
 
+    def _whole_group(self, stage: int, members: tuple[int, ...], impl: str) -> bool:
+        """The whole group's own collective, run on its own backend. Ring steps never use it, so their
+        point-to-point messages cannot meet the caller's own send/recv on that backend."""
+        return impl == "native" and members == tuple(range(self.info.size)) and stage == 0
+
     def _backend(self, stage: int, members: tuple[int, ...], impl: str) -> Any:
-        if impl == "native" and members == tuple(range(self.info.size)) and stage == 0:
-            # the whole group's own collective: its own backend. Ring steps never use it, so their
-            # point-to-point messages cannot meet the caller's own send/recv on that backend
+        if self._whole_group(stage, members, impl):
             return self.info.inner
         key = (stage, members)
         if key not in self._pgs:
@@ -73,9 +80,6 @@ class Communicators:
         return f"{self.prefix}/s{stage}/{kind}/{'-'.join(map(str, members))}"
 
     def _create(self, stage: int, members: tuple[int, ...]) -> Any:
-        if not isinstance(self.info.inner, dist.ProcessGroupGloo):
-            raise RuntimeError(f"hocc runs CPU plans over gloo sub-groups, not {type(self.info.inner).__name__}; "
-                               "use gloo under it for CPU tensors, or algo='native'")
         store = dist.PrefixStore(self._name(stage, members, "gloo"), self.info.store)
         return dist.ProcessGroupGloo(store, members.index(self.rank), len(members), self.info.timeout)
 
