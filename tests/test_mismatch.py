@@ -55,6 +55,13 @@ def _gather_count(r: int, g: dist.ProcessGroup) -> None:
     hocc.all_gather_into_tensor(torch.empty(4 * n), torch.ones(n), group=g, algo="ring")
 
 
+def _split(r: int, g: dist.ProcessGroup) -> None:
+    """Two halves, each agreeing within itself: ranks 1 and 3 each see an agreeing ring predecessor and
+    go on into gloo's own reduce-scatter, where sizes must never meet (gloo would abort the process)."""
+    n = 1000 if r < 2 else 1017
+    hocc.reduce_scatter_tensor(torch.empty(n), torch.ones(4 * n), group=g, algo="native")
+
+
 CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
     # name: (calls, what HOCC_CHECK's message names)
     "count": (_count, r"count \(ranks 0,1,2: 1000; rank 3: 1017\)"),
@@ -63,6 +70,7 @@ CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
     "algo": (_algo, r"algo \(ranks 0,1,2: ho_ring; rank 3: ring\)"),
     "skip": (_skip, r"count \(ranks 0,1,2: 1000; rank 3: 2000\)"),
     "gather_count": (_gather_count, r"count \(ranks 0,1,2: 1000; rank 3: 999\)"),
+    "split": (_split, r"count \(ranks 0,1: 1000; ranks 2,3: 1017\)"),
 }
 
 
