@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from gpu_faults import check_arrays, check_capture, check_inproc_absent, check_nccl_watchdog
+from gpu_faults import check_arrays, check_async_work, check_capture, check_inproc_absent, check_nccl_watchdog
 
 from hocc import executor as native
 from hocc.executor.inproc import InProcWorld
@@ -128,6 +128,7 @@ def main() -> int:
         ("inproc", lambda: check_inproc(args.device, sizes), True),
         ("inproc_absent", lambda: check_inproc_absent(args.device), True),
         ("arrays", lambda: check_arrays(args.device), True),
+        ("async_work", lambda: check_async_work(args.device), False),
         ("capture", lambda: check_capture(c), False),
         ("nccl_watchdog", lambda: check_nccl_watchdog(c), False),
     ]

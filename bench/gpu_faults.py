@@ -148,6 +148,29 @@ def spin(seconds: float) -> None:
     torch.cuda._sleep(int(seconds / per_cycle))
 
 
+def check_async_work(device: str) -> dict:
+    """An async call's Work on CUDA, as ProcessGroupNCCL's: not completed while its stream is busy,
+    and wait() orders the *caller's current* stream after it without blocking the host."""
+    with world_of_one(device):
+        x = torch.ones(1 << 20, device=device)
+        busy, other = torch.cuda.Stream(), torch.cuda.Stream()
+        with torch.cuda.stream(busy):
+            spin(1.0)  # the call's kernels queue behind a second of work
+            work = hocc.all_reduce(x, algo="native", async_op=True)
+        work.wait(timeout=30)  # the engine queued it; returns without waiting for the GPU
+        pending_while_busy = not work.is_completed()
+        with torch.cuda.stream(other):
+            work.wait()
+            after = torch.cuda.Event()
+            after.record(other)
+        ordered = not after.query()  # `other` now waits for the call, so it is not done either
+        torch.cuda.synchronize()
+        ok = pending_while_busy and ordered and work.is_completed() and bool(torch.all(x == 1))
+    print(f"async work: completed while busy: {not pending_while_busy}; another stream waits after wait(): "
+          f"{ordered}; {'ok' if ok else 'WRONG'}", flush=True)
+    return {"pending_while_busy": pending_while_busy, "ordered": ordered, "ok": ok}
+
+
 def check_capture(c: Any) -> dict:
     results: dict = {}
     with world_of_one("cuda:0"):

@@ -359,17 +359,23 @@ class Engine:
             with self._on_stream(stream):
                 job()
             return None
-        fut: Future[None] = self._worker.submit(self._run_job, job, stream)
+        fut: Future[torch.cuda.Event | None] = self._worker.submit(self._run_job, job, stream)
         work = Work(fut, result)
         if async_op:
             return work
         work.wait()
         return None
 
-    def _run_job(self, job: Callable[[], None], stream: Any) -> None:
+    def _run_job(self, job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
+        """Run one queued call; on CUDA, return an event recorded after its kernels (Work waits on it)."""
         try:
             with self._on_stream(stream):
                 job()
+                if stream is None:
+                    return None
+                done = torch.cuda.Event()
+                done.record(stream)
+                return done
         finally:
             with self._lock:
                 self._outstanding -= 1

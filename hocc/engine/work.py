@@ -12,7 +12,13 @@ import torch
 
 class Work:
     """wait(), is_completed(), is_success(), exception() and get_future(), as c10d's
-    Work has them. An error in the collective is raised by wait()."""
+    Work has them. An error in the collective is raised by wait().
+
+    On CUDA the future's result is a CUDA event recorded after the call's
+    kernels were enqueued (on the stream that was current at the call). As
+    ProcessGroupNCCL's Work does, wait() then makes the caller's current stream
+    wait for that event (the host does not block), and is_completed() asks the
+    event whether the kernels have finished."""
 
     def __init__(self, fut: Future[Any], result: list[torch.Tensor]) -> None:
         self._fut = fut
@@ -21,11 +27,16 @@ class Work:
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        self._fut.result(timeout=secs)
+        done = self._fut.result(timeout=secs)
+        if isinstance(done, torch.cuda.Event):
+            torch.cuda.current_stream().wait_event(done)
         return True
 
     def is_completed(self) -> bool:
-        return self._fut.done()
+        if not self._fut.done():
+            return False
+        done = None if self._fut.exception() is not None else self._fut.result()
+        return not isinstance(done, torch.cuda.Event) or bool(done.query())
 
     def is_success(self) -> bool:
         return self._fut.done() and self._fut.exception() is None
