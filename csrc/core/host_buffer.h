@@ -36,7 +36,6 @@ class HostBuffer {
     size_ = bytes;
     return data_;
   }
-  size_t size() const { return size_; }
 
  private:
   void release() {

@@ -284,8 +284,8 @@ class Engine:
             self._abort_transport(msg)
             if self._peer_failure is None:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
-        native_mismatch = getattr(load(), "HoccMismatchError", ())  # csrc's MismatchError, kept through re-wraps
-        kind = CallMismatchError if isinstance(e, (CallMismatchError, native_mismatch)) else CollectiveError
+        mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
+        kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
 
     def _failed_earlier(self, collective: str) -> CollectiveError:
@@ -433,10 +433,8 @@ class Engine:
             comms, nccl = self.comms, self.nccl
         if comms is not None:
             comms.abort(why)
-        elif nccl is not None:  # ncclCommAbort, where the binding has it
-            nccl_abort = getattr(nccl.transport, "abort", None)
-            if nccl_abort is not None:
-                nccl_abort(why)
+        elif nccl is not None:  # ncclCommAbort on every communicator
+            nccl.transport.abort(why)
         self._worker.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             busy = self._busy > 0
