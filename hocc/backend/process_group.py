@@ -7,14 +7,17 @@ collectives are the only overrides."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from hocc.backend.barrier import BarrierLog, BarrierWork, barrier_error
 from hocc.engine.dtypes import DTYPES, op_name
 from hocc.engine.engine import Engine, GroupInfo
+from hocc.engine.errors import CollectiveError
 from hocc.engine.work import Work
 
 # Methods handed to the inner backend as they are: ProcessGroup's name -> the backend's.
@@ -47,6 +50,8 @@ class HoccProcessGroup(dist.ProcessGroup):
         self._engines: dict[str, Engine] = {}
         self._device_map: dict[str, str] | None = None
         self._ended: str | None = None  # 'shut down' or 'aborted': calls raise from then on
+        self._failed: Exception | None = None  # a failed barrier: calls raise it again from then on
+        self._barriers = BarrierLog(store, rank, size)
 
     # -- identity ------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -145,6 +150,13 @@ class HoccProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"hocc backend: process group {self._name!r} was {self._ended}; destroy it and "
                                "init a new one (torch.distributed.destroy_process_group, then "
                                "init_process_group / new_group)")
+        if self._failed is not None:
+            raise CollectiveError(f"hocc backend: process group {self._name!r} failed earlier and cannot be used "
+                                  f"again. The first failure: {self._failed}", group=self._name)
+
+    def _where(self) -> str:
+        glob = "" if self._global_ranks == list(range(self.size())) else f", global ranks {self._global_ranks}"
+        return f"group {self._name!r} (rank {self.rank()} of {self.size()}{glob})"
 
     def _planned(self, device: torch.device) -> bool:
         return self._backend_for(device) == "hocc"
@@ -233,8 +245,25 @@ class HoccProcessGroup(dist.ProcessGroup):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def barrier(self, opts: Any = None) -> dist.Work:
+        """The inner backend's barrier; its failure names who never arrived
+        (hocc/backend/barrier.py) and leaves the group failed, as a failed
+        collective does."""
+        self._check_open()
         device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in self._inner else torch.device("cpu")
-        return self.inner(device).barrier(opts or dist.BarrierOptions())
+        started = time.monotonic()
+        number = self._barriers.enter()
+
+        def failed(e: Exception) -> CollectiveError:
+            err = barrier_error(self._where(), self._global_ranks, self._barriers, number, started, self._timeout, e)
+            if self._failed is None:
+                self._failed = err
+            return err
+
+        try:
+            work = self.inner(device).barrier(opts or dist.BarrierOptions())
+        except Exception as e:  # the inner group's set-up (its first use) waits for every member too
+            raise failed(e) from e
+        return BarrierWork(work, failed)
 
 
 class _FutureWork(dist.Work):
