@@ -165,10 +165,26 @@ def check_async_work(device: str) -> dict:
             after.record(other)
         ordered = not after.query()  # `other` now waits for the call, so it is not done either
         torch.cuda.synchronize()
-        ok = pending_while_busy and ordered and work.is_completed() and bool(torch.all(x == 1))
+        # what runs after a call runs after its kernels, though the worker thread runs it: a then()
+        # continuation (the list form's copy-out) and a torch future's callback (DDP's comm hooks)
+        src, outs = torch.zeros(1 << 20, device=device), [torch.zeros(1 << 20, device=device)]
+        with torch.cuda.stream(busy):
+            spin(1.0)
+            src.fill_(7.0)  # written behind the second of work: a copy-out run early copies zeros
+            gathered = hocc.all_gather(outs, src, async_op=True)
+            doubled = hocc.all_reduce(src, algo="native", async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+        gathered.wait(timeout=30)
+        twice = doubled.wait()
+        torch.cuda.synchronize()
+        continuation = bool(torch.all(outs[0] == 7))
+        callback = bool(torch.all(twice == 14))
+        ok = (pending_while_busy and ordered and work.is_completed() and bool(torch.all(x == 1)) and continuation
+              and callback)
     print(f"async work: completed while busy: {not pending_while_busy}; another stream waits after wait(): "
-          f"{ordered}; {'ok' if ok else 'WRONG'}", flush=True)
-    return {"pending_while_busy": pending_while_busy, "ordered": ordered, "ok": ok}
+          f"{ordered}; a then() continuation after the call: {continuation}; a future's callback after it: "
+          f"{callback}; {'ok' if ok else 'WRONG'}", flush=True)
+    return {"pending_while_busy": pending_while_busy, "ordered": ordered, "continuation_ordered": continuation,
+            "callback_ordered": callback, "ok": ok}
 
 
 def check_capture(c: Any) -> dict:

@@ -360,7 +360,7 @@ class Engine:
                 job()
             return None
         fut: Future[torch.cuda.Event | None] = self._worker.submit(self._run_job, job, stream)
-        work = Work(fut, result)
+        work = Work(fut, result, stream)
         if async_op:
             return work
         work.wait()

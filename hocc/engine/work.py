@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import timedelta
@@ -18,12 +19,18 @@ class Work:
     kernels were enqueued (on the stream that was current at the call). As
     ProcessGroupNCCL's Work does, wait() then makes the caller's current stream
     wait for that event (the host does not block), and is_completed() asks the
-    event whether the kernels have finished."""
+    event whether the kernels have finished. What runs after the call (a
+    then() continuation, a get_future() callback) runs on the call's stream,
+    so it is ordered after the call's kernels whichever thread runs it."""
 
-    def __init__(self, fut: Future[Any], result: list[torch.Tensor]) -> None:
+    def __init__(self, fut: Future[Any], result: list[torch.Tensor], stream: Any = None) -> None:
         self._fut = fut
         self._result = result
+        self._stream = stream  # the call's CUDA stream; None on CPU
         self._torch_fut: torch.futures.Future[Any] | None = None
+
+    def _on_call_stream(self) -> Any:
+        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
@@ -55,24 +62,35 @@ class Work:
         def done(_: Future[Any]) -> None:
             try:
                 self._fut.result()
-                after()
-                fut.set_result(None)
+                with self._on_call_stream():  # after the call's kernels, in that stream's order
+                    after()
+                    if self._stream is None:
+                        fut.set_result(None)
+                        return
+                    ended = torch.cuda.Event()
+                    ended.record(self._stream)
+                    fut.set_result(ended)
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
                 fut.set_exception(e)
 
         self._fut.add_done_callback(done)
-        return Work(fut, result)
+        return Work(fut, result, self._stream)
 
     def get_future(self) -> torch.futures.Future[Any]:
-        """A torch.futures.Future that completes with the output tensors."""
+        """A torch.futures.Future that completes with the output tensors. On
+        CUDA it is a CUDA-aware future, as ProcessGroupNCCL's: its value is set
+        on the call's stream, so whoever waits on it or chains then() (DDP's
+        reducer, a comm hook) has its stream ordered after the call's kernels."""
         if self._torch_fut is None:
-            tf: torch.futures.Future[Any] = torch.futures.Future()
+            devices = [self._stream.device] if self._stream is not None else None
+            tf: torch.futures.Future[Any] = torch.futures.Future(devices=devices)
 
             def done(f: Future[Any]) -> None:
                 exc = f.exception()
                 if exc is not None:
                     tf.set_exception(exc)
-                else:
+                    return
+                with self._on_call_stream():
                     tf.set_result(self._result)
 
             self._fut.add_done_callback(done)
