@@ -155,12 +155,25 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
     pending: list[Any] = []
     start = time.monotonic()
 
-    libc = ctypes.CDLL("libc.so.6") if args.malloc_trim else None
+    libc = ctypes.CDLL("libc.so.6") if args.malloc_trim or args.malloc_info else None
+    warm_at = int(args.calls * args.warmup) // args.sample_every * args.sample_every
+
+    def malloc_info(i: int) -> None:
+        """glibc's own account of each arena (its size, what in it is free), for diagnosis."""
+        assert libc is not None
+        where = Path(args.out, "malloc_info")
+        where.mkdir(parents=True, exist_ok=True)
+        libc.fopen.restype = ctypes.c_void_p
+        fp = libc.fopen(str(where / f"rank{rank}-call{i}.xml").encode(), b"w")
+        libc.malloc_info(0, ctypes.c_void_p(fp))
+        libc.fclose(ctypes.c_void_p(fp))
 
     def record(i: int) -> None:
         rss, fds, threads = sample()
+        if args.malloc_info and i in (warm_at, len(calls)):
+            malloc_info(i)
         trimmed = -1.0
-        if libc is not None:  # what glibc holds free but not returned, as the drop after malloc_trim
+        if args.malloc_trim:  # what glibc holds free but not returned, as the drop after malloc_trim
             libc.malloc_trim(0)
             trimmed = sample()[0]
         rows.append((rank, i, round(time.monotonic() - start, 3), round(rss, 2), fds, threads, round(trimmed, 2)))
@@ -299,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="the groups' timeout (s)")
     ap.add_argument("--malloc-trim", action="store_true",
                     help="call glibc's malloc_trim(0) at each sample and record RSS after it too (diagnosis)")
+    ap.add_argument("--malloc-info", action="store_true",
+                    help="write each rank's glibc malloc_info (arenas, their free memory) after the warm-up and at "
+                         "the end, to OUT/malloc_info/ (diagnosis)")
     ap.add_argument("--torch-only", action="store_true",
                     help="run the same schedule through torch.distributed (gloo) alone, as a baseline")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
@@ -327,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writerow(["rank", "call", "seconds", "rss_mib", "fds", "threads", "rss_after_malloc_trim_mib"])
         w.writerows(sorted(rows))
     (args.out / "soak.json").write_text(json.dumps(summary, indent=1))
-    malloc_env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")]
+    malloc_env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(("MALLOC_", "HOCC_MALLOC"))]
     command = " ".join([*malloc_env, "python", "bench/soak.py", *(argv if argv is not None else sys.argv[1:])])
     (args.out / "soak.md").write_text(report(summary, failures, args, command))
     plot(rows, args.nprocs, warmup, args.out / "soak.png",

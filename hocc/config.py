@@ -37,6 +37,9 @@ class Config:
       over the whole group before anything moves, naming every rank that
       differs (one small all-gather per call). 'off' (HOCC_CHECK=0): neither,
       as with gloo itself, where a mismatched size aborts a process.
+    malloc_trim_s: after hocc CPU calls, give the memory glibc holds free back
+      to the OS at most this often (seconds; 0: never), from a thread of its
+      own (hocc/engine/heap.py).
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -48,6 +51,7 @@ class Config:
     shm_piece_bytes: int = 256 << 10
     shm_wait: str = "futex"
     check: str = "comm"
+    malloc_trim_s: float = 1.0
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -85,6 +89,8 @@ class Config:
             cfg = replace(cfg, host_transport=_choice(env, "HOCC_HOST_TRANSPORT", ("shm", "net", "auto")))
         if env.get("HOCC_SHM_PIECE_BYTES"):
             cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
+        if env.get("HOCC_MALLOC_TRIM_S", "").strip():
+            cfg = replace(cfg, malloc_trim_s=_seconds(env, "HOCC_MALLOC_TRIM_S"))
         if env.get("HOCC_SHM_WAIT"):
             cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
         planner = cfg.planner
@@ -112,6 +118,16 @@ def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
     if val not in choices:
         allowed = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
         raise ValueError(f"{name}={val!r} must be {allowed}")
+    return val
+
+
+def _seconds(env: dict[str, str], name: str) -> float:
+    try:
+        val = float(env[name])
+    except ValueError:
+        val = -1.0
+    if not val >= 0:  # also refuses nan
+        raise ValueError(f"{name}={env[name]!r} must be a number of seconds, 0 or more (0 turns it off)")
     return val
 
 

@@ -28,6 +28,7 @@ from hocc.config import Config, get_config
 from hocc.engine.agreement import Call, check_all, plan_hash
 from hocc.engine.comms import Communicators
 from hocc.engine.errors import CallMismatchError, CollectiveError
+from hocc.engine.heap import note_cpu_call
 from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work
 from hocc.executor import cuda_built, load
@@ -214,6 +215,8 @@ class Engine:
         self.last_plan = entry.plan
         call = Call(self._seq, collective, count, dtype_name(inp.dtype), reduce_op, entry.plan.algo, entry.hash)
         self._seq += 1
+        if self.device.type == "cpu":
+            note_cpu_call(cfg.malloc_trim_s)
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
