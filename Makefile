@@ -44,7 +44,7 @@ test-fast: $(STAMP)
 
 test: $(STAMP) lint
 	$(PY) -m hocc.executor
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info hocc/_C*.so

@@ -86,3 +86,20 @@ def test_a_rank_failing_in_its_own_code_makes_the_others_raise_at_once(spec: str
     ins, outs = buffers("all_reduce", world, 2)
     w.run(plan, ins, outs, "sum")
     assert all(torch.equal(o, expected("all_reduce", ins, world)[0]) for o in outs)
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_a_slow_rank_is_not_named_for_the_absent_one(collective: str) -> None:
+    """A rank that has begun the call but is slow to reach its first wait (a loaded machine) ends
+    the chain of who waits on whom; the rank that never began the call is the one named. On a
+    ring of 4, rank 0 sleeps past the timeout and rank 3 never comes: rank 1 waits on rank 0, and
+    rank 2 on rank 1."""
+    plan = make_plan(collective, N, 4, parse_spec("4"), "ring", PlannerConfig(min_chunk_bytes=1))
+    w = InProcWorld(4, timeout_s=TIMEOUT_S)
+    ins, outs = buffers(collective, 4, 7)
+    with pytest.raises(RuntimeError, match=r"timed out after 0.5 s") as err:
+        w.run(plan, ins, outs, "sum", absent_rank=3, slow_rank=0, slow_s=3 * TIMEOUT_S)
+    msg = str(err.value)
+    quiet = re.search(r"rank (\d+) never answered", msg)
+    assert quiet is not None and int(quiet.group(1)) == 3, f"{collective}: {msg}"
+    assert "rank 0 has begun this call and waits on nobody" in msg, f"{collective}: {msg}"

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -98,10 +99,11 @@ class InProcRunner {
 
   // one collective: rank r reads inputs[r], writes outputs[r], works in works[r];
   // fail_rank >= 0 makes that rank fail before its first step, absent_rank >= 0 makes it never
-  // join (to test that peers do not hang)
+  // join, slow_rank >= 0 makes it begin the run, then sleep slow_s before its first step (to test
+  // that peers do not hang, and whom they name)
   void run(const Plan& plan, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
            const std::vector<uintptr_t>& works, const std::string& dtype, const std::string& op, int fail_rank,
-           int absent_rank) {
+           int absent_rank, int slow_rank, double slow_s) {
     if (int(inputs.size()) != world_.size() || outputs.size() != inputs.size() || works.size() != inputs.size())
       throw Error("hocc in-process: need " + std::to_string(world_.size()) + " inputs, outputs and work buffers");
     DType t = parse_dtype(dtype);
@@ -116,6 +118,10 @@ class InProcRunner {
         if (r != absent_rank) threads.emplace_back([&, r] {
           try {
             if (r == fail_rank) throw Error("rank " + std::to_string(r) + " failed on purpose");
+            if (r == slow_rank) {
+              world_.enter(r);
+              std::this_thread::sleep_for(std::chrono::duration<double>(slow_s));
+            }
             execs_[r]->run(plan, {ptr(inputs[r]), ptr(outputs[r]), ptr(works[r])}, t, o, average, nullptr);
           } catch (const std::exception& e) {
             errors[r] = e.what();
@@ -229,7 +235,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<int, const std::string&, double>(), py::arg("size"), py::arg("device") = "cpu",
            py::arg("timeout_s") = 60.0)
       .def("run", &InProcRunner::run, py::arg("plan"), py::arg("inputs"), py::arg("outputs"), py::arg("works"),
-           py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1, py::arg("absent_rank") = -1);
+           py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1, py::arg("absent_rank") = -1,
+           py::arg("slow_rank") = -1, py::arg("slow_s") = 0.0);
 
   py::class_<ShmComm, Comm, std::shared_ptr<ShmComm>>(m, "ShmComm",
                                                      "one host group's shared-memory segment (transport/shm.h)")

@@ -102,6 +102,7 @@ Device& InProcTransport::device() { return world_.device(); }
 void InProcTransport::abort(const std::string& why) { world_.abort(why); }
 
 void InProcTransport::prepare(const Plan& plan) {
+  world_.enter(rank_);
   for (const Step& s : plan.steps)
     for (const GroupSlice& g : s.groups)
       if (g.ranks.size() > 1 && std::count(g.ranks.begin(), g.ranks.end(), rank_)) comm(s.stage, g.ranks);
@@ -129,7 +130,7 @@ Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
 }
 
 InProcWorld::InProcWorld(int size, Device& device, double timeout_s)
-    : device_(device), timeout_s_(timeout_s), waiting_on_(size > 0 ? size : 0) {
+    : device_(device), timeout_s_(timeout_s), waiting_on_(size > 0 ? size : 0), entered_(waiting_on_.size(), 0) {
   if (size < 1) throw Error("hocc in-process: a world needs at least one rank");
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<InProcTransport>(*this, r));
 }
@@ -186,6 +187,19 @@ std::string InProcWorld::silent(int peer) const {
       s += (i > 1 ? ", which waits" : "") + std::string(" on rank ") + std::to_string(chain[i]);
     s += "; ";
   }
+  // the chain may end at a rank that is only slow to reach its next wait (it has begun this run
+  // and waits on nobody yet); a rank that has not begun the run at all is then the likelier culprit
+  std::vector<int> absent;
+  for (int r = 0; r < n; ++r)
+    if (!entered_[r]) absent.push_back(r);
+  if (entered_[quiet] && !absent.empty()) {
+    std::string others;
+    for (size_t i = 1; i < absent.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(absent[i]);
+    return s + "rank " + std::to_string(quiet) + " has begun this call and waits on nobody (it is still working); " +
+           "rank " + std::to_string(absent[0]) + " never answered" +
+           (others.empty() ? "" : " (nor did ranks " + others + ")") +
+           ": it has not begun this call: it is dead, stopped, or did not make it";
+  }
   return s + "rank " + std::to_string(quiet) + " never answered: it is dead, stopped, or did not make this call";
 }
 
@@ -200,6 +214,12 @@ void InProcWorld::reset() {
   aborted_.clear();
   channels_.clear();
   for (auto& w : waiting_on_) w.clear();
+  std::fill(entered_.begin(), entered_.end(), 0);
+}
+
+void InProcWorld::enter(int rank) {
+  std::lock_guard<std::mutex> lk(mu_);
+  entered_.at(rank) = 1;
 }
 
 }  // namespace hocc

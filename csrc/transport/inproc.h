@@ -71,6 +71,7 @@ class InProcWorld {
   std::condition_variable& cond() { return cv_; }
   void abort(const std::string& why);
   void reset();  // clear an abort, for the next run
+  void enter(int rank);  // `rank` has begun this run
 
  private:
   Device& device_;
@@ -81,6 +82,7 @@ class InProcWorld {
   std::map<std::string, Channel> channels_;
   std::string aborted_;
   std::vector<std::multiset<int>> waiting_on_;  // [rank] -> the ranks its lanes wait on now
+  std::vector<char> entered_;  // [rank] -> it has begun this run (a rank that has not is the likelier culprit)
   std::string silent(int peer) const;
 };
 
