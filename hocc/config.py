@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 
@@ -126,8 +127,8 @@ def _seconds(env: dict[str, str], name: str) -> float:
         val = float(env[name])
     except ValueError:
         val = -1.0
-    if not val >= 0:  # also refuses nan
-        raise ValueError(f"{name}={env[name]!r} must be a number of seconds, 0 or more (0 turns it off)")
+    if not 0 <= val < math.inf:  # also refuses nan
+        raise ValueError(f"{name}={env[name]!r} must be a finite number of seconds, 0 or more (0 turns it off)")
     return val
 
 

@@ -30,7 +30,7 @@ def test_setting() -> None:
     assert Config().malloc_trim_s == 1.0
     assert Config.from_env({"HOCC_MALLOC_TRIM_S": "0"}).malloc_trim_s == 0.0
     assert Config.from_env({"HOCC_MALLOC_TRIM_S": "2.5"}).malloc_trim_s == 2.5
-    for bad in ("soon", "-1", "nan"):
+    for bad in ("soon", "-1", "nan", "inf"):
         with pytest.raises(ValueError, match="HOCC_MALLOC_TRIM_S"):
             Config.from_env({"HOCC_MALLOC_TRIM_S": bad})
 

@@ -251,7 +251,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         self._check_open()
         device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in self._inner else torch.device("cpu")
         started = time.monotonic()
-        number = self._barriers.enter()
+        number = self._barriers.count + 1
 
         def failed(e: Exception) -> CollectiveError:
             err = barrier_error(self._where(), self._global_ranks, self._barriers, number, started, self._timeout, e)
@@ -260,6 +260,7 @@ class HoccProcessGroup(dist.ProcessGroup):
             return err
 
         try:
+            self._barriers.enter()
             work = self.inner(device).barrier(opts or dist.BarrierOptions())
         except Exception as e:  # the inner group's set-up (its first use) waits for every member too
             raise failed(e) from e

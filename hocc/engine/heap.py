@@ -34,17 +34,21 @@ def _malloc_trim() -> Callable[[], Any] | None:
 
 
 class HeapTrimmer:
+    """The thread that trims: it sleeps until a call is noted, waits the
+    interval (calls noted meanwhile ride along), trims, and sleeps again."""
+
     def __init__(self, trim: Callable[[], Any], interval_s: float) -> None:
         self.trim, self.interval_s = trim, interval_s
         self.pid = os.getpid()
         self.trims = 0
-        self._called = threading.Event()  # a call ended since the last trim
+        self._called = threading.Event()  # a hocc call was made since the last trim
         self._thread = threading.Thread(target=self._loop, name="hocc-malloc-trim", daemon=True)
         self._thread.start()
 
     def note_call(self, interval_s: float) -> None:
         self.interval_s = interval_s
-        self._called.set()
+        if not self._called.is_set():  # set() takes a lock: a call costs less without it
+            self._called.set()
 
     def _loop(self) -> None:
         while True:
@@ -61,7 +65,7 @@ _lock = threading.Lock()
 
 
 def note_cpu_call(interval_s: float) -> None:
-    """A hocc CPU call ended: the heap is trimmed within `interval_s` seconds (<= 0: not at all)."""
+    """A hocc CPU call is made: the heap is trimmed within `interval_s` seconds of it (<= 0: not at all)."""
     global _trimmer, _no_trim
     if interval_s <= 0 or _no_trim:
         return
