@@ -29,6 +29,7 @@ import math
 import os
 import random
 import socket
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -230,12 +231,16 @@ def summarize(rows: list[tuple[int, int, float, float, int, int, float]], world:
         rss = [x[3] for x in after]
         growth = (rss[-1] - base[3]) / base[3]
         spread = (max(rss) - min(rss)) / base[3]
+        # the trend without single samples' noise: the mean RSS of each quarter of the samples after warm-up
+        q = max(len(rss) // 4, 1)
+        quarters = [statistics.mean(rss[i * q:(i + 1) * q]) for i in range(4) if rss[i * q:(i + 1) * q]]
         fd_growth = max(x[4] for x in after) - base[4]
         thread_growth = max(x[5] for x in after) - base[5]
         flat = spread <= rss_tol and fd_growth <= 0 and thread_growth <= 0
         ok = ok and flat
         per_rank[r] = {"rss_start_mib": mine[0][3], "rss_warm_mib": base[3], "rss_max_mib": max(rss),
                        "rss_end_mib": rss[-1], "rss_growth": growth, "rss_spread": spread,
+                       "rss_quarter_means_mib": [round(m, 1) for m in quarters],
                        "fds_warm": base[4], "fds_max": max(x[4] for x in after), "threads_warm": base[5],
                        "threads_max": max(x[5] for x in after), "flat": flat}
     seconds = max(x[2] for x in rows)
@@ -281,11 +286,13 @@ def report(summary: dict[str, Any], failures: list[str], args: argparse.Namespac
              f"{summary['seconds']:.0f} s, {summary['calls_per_s']:.1f} calls/s (a shared 2-core machine: "
              "other jobs ran beside it).", "",
              "| rank | RSS start (MiB) | RSS after warm-up | RSS max after | RSS end | spread after warm-up | "
-             "fds warm / max | threads warm / max | flat |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+             "quarter means after warm-up | fds warm / max | threads warm / max | flat |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for r, s in summary["ranks"].items():
+        means = ", ".join(f"{m:.0f}" for m in s["rss_quarter_means_mib"])
         lines.append(f"| {r} | {s['rss_start_mib']:.0f} | {s['rss_warm_mib']:.0f} | {s['rss_max_mib']:.0f} | "
-                     f"{s['rss_end_mib']:.0f} | {100 * s['rss_spread']:.1f}% | {s['fds_warm']} / {s['fds_max']} | "
+                     f"{s['rss_end_mib']:.0f} | {100 * s['rss_spread']:.1f}% | "
+                     f"{means} | {s['fds_warm']} / {s['fds_max']} | "
                      f"{s['threads_warm']} / {s['threads_max']} | {'yes' if s['flat'] else 'NO'} |")
     lines += ["", f"Correctness checks failed: {len(failures)}", *[f"- {f}" for f in failures[:20]], "",
               f"Verdict: {'flat' if summary['flat'] and not failures else 'NOT flat or wrong'} "
