@@ -1,9 +1,10 @@
 """The hocc backend's barrier when a member never comes: every member that
 waits raises within the group's timeout (+10 s), with torch's own test's
 words ("timeout"), the group, and the member that never arrived; the group
-is failed from then on, as after a failed collective. Two cases: the inner
-gloo group already set up by an earlier barrier, and not yet (the barrier is
-its first use, so the member is missed while it is being set up)."""
+is failed from then on, as after a failed collective. Three cases: the inner
+gloo group already set up by an earlier barrier; not yet (the barrier is its
+first use, so the member is missed while it is being set up); and a sub-group
+whose ranks are not the global ones (the member is named by both)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ TIMEOUT = timedelta(seconds=2)
 TORCH_WORDS = re.compile(" (Timed out|closed|timeout) ")
 
 
-def _missed_barrier(rank: int, group: dist.ProcessGroup, absent: int, store: dist.Store, tag: str) -> None:
-    """Every member but `absent` enters a barrier; `absent` waits until they have raised."""
+def _missed_barrier(rank: int, group: dist.ProcessGroup, members: list[int], absent: int, store: dist.Store,
+                    tag: str) -> None:
+    """Every member but global rank `absent` enters a barrier; `absent` waits until they have raised."""
+    if rank not in members:
+        return
     if rank == absent:
-        store.wait([f"{tag}/{r}" for r in range(dist.get_world_size()) if r != absent])
+        store.wait([f"{tag}/{r}" for r in members if r != absent])
         return
     started = time.monotonic()
     with pytest.raises(CollectiveError) as info:
@@ -36,7 +40,9 @@ def _missed_barrier(rank: int, group: dist.ProcessGroup, absent: int, store: dis
     store.set(f"{tag}/{rank}", "raised")
     msg = str(info.value)
     assert TORCH_WORDS.search(msg), msg
-    assert f"rank {absent} never arrived" in msg and "barrier on group" in msg, msg
+    in_group = members.index(absent)
+    named = f"rank {in_group}" + ("" if in_group == absent else f" (global rank {absent})")
+    assert f"{named} never arrived" in msg and "barrier on group" in msg, msg
     assert TIMEOUT.total_seconds() - 0.1 <= took <= TIMEOUT.total_seconds() + 10, (took, msg)
     started = time.monotonic()
     with pytest.raises(CollectiveError, match="failed earlier"):
@@ -46,12 +52,15 @@ def _missed_barrier(rank: int, group: dist.ProcessGroup, absent: int, store: dis
 
 def _barrier_body(rank: int, world: int) -> None:
     store = dist.distributed_c10d._get_default_store()
-    warm = dist.new_group(list(range(world)), timeout=TIMEOUT)
+    everyone = list(range(world))
+    warm = dist.new_group(everyone, timeout=TIMEOUT)
     assert dist.get_backend(warm) == "hocc"
     dist.barrier(group=warm)  # sets the inner gloo group up; every member comes
-    _missed_barrier(rank, warm, world - 1, store, "t/warm")
-    cold = dist.new_group(list(range(world)), timeout=TIMEOUT)
-    _missed_barrier(rank, cold, 0, store, "t/cold")
+    _missed_barrier(rank, warm, everyone, world - 1, store, "t/warm")
+    cold = dist.new_group(everyone, timeout=TIMEOUT)
+    _missed_barrier(rank, cold, everyone, 0, store, "t/cold")
+    part = dist.new_group([1, 2], timeout=TIMEOUT)  # a sub-group: its rank 1 is global rank 2
+    _missed_barrier(rank, part, [1, 2], 2, store, "t/part")
     x = torch.full((5,), float(rank))
     dist.all_reduce(x)  # the default group is untouched by its sub-groups' failures
     assert torch.equal(x, torch.full((5,), float(sum(range(world)))))

@@ -15,10 +15,12 @@ import pytest
 SUITE = Path(__file__).parent / "torch_suite"
 
 
+# torch's test_barrier_timeout_group needs 8 ranks (it skips below) and 36 s here: it passes, but is
+# left out of make test for time (`WORLD_SIZE=8 .venv/bin/python tests/torch_suite/barrier_timeout.py
+# -k test_barrier_timeout_group`); tests/test_barrier.py checks a sub-group's barrier in 3 ranks.
 @pytest.mark.parametrize(("world", "test"), [
     (4, "test_barrier_timeout_global"),
     (4, "test_barrier_timeout_full_group"),
-    (8, "test_barrier_timeout_group"),  # torch skips it below 8 ranks
 ])
 def test_torch_barrier_timeout(world: int, test: str, tmp_path: Path) -> None:
     env = dict(os.environ, WORLD_SIZE=str(world), TEMP_DIR=str(tmp_path))
