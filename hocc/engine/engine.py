@@ -30,7 +30,7 @@ from hocc.engine.comms import Communicators
 from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.watchdog import Watchdog
-from hocc.engine.work import Work
+from hocc.engine.work import Work, on_stream
 from hocc.executor import cuda_built, load
 from hocc.executor.nccl import NcclRunner
 from hocc.executor.plans import dtype_name, to_native
@@ -359,7 +359,7 @@ class Engine:
             if not inline:
                 self._outstanding += 1
         if inline:
-            with self._on_stream(stream):
+            with on_stream(stream):
                 job()
             return None
         fut: Future[torch.cuda.Event | None] = self._worker.submit(self._run_job, job, stream)
@@ -372,7 +372,7 @@ class Engine:
     def _run_job(self, job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
         """Run one queued call; on CUDA, return an event recorded after its kernels (Work waits on it)."""
         try:
-            with self._on_stream(stream):
+            with on_stream(stream):
                 job()
                 if stream is None:
                     return None
@@ -382,14 +382,6 @@ class Engine:
         finally:
             with self._lock:
                 self._outstanding -= 1
-
-    @contextlib.contextmanager
-    def _on_stream(self, stream: Any) -> Iterator[None]:
-        if stream is None:
-            yield
-        else:
-            with torch.cuda.stream(stream):
-                yield
 
     # -- teardown ---------------------------------------------------------------
     @contextlib.contextmanager

@@ -11,6 +11,11 @@ from typing import Any
 import torch
 
 
+def on_stream(stream: Any) -> Any:
+    """A context in which `stream` (a CUDA stream) is current; nothing when it is None (CPU)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
 class Work:
     """wait(), is_completed(), is_success(), exception() and get_future(), as c10d's
     Work has them. An error in the collective is raised by wait().
@@ -28,9 +33,6 @@ class Work:
         self._result = result
         self._stream = stream  # the call's CUDA stream; None on CPU
         self._torch_fut: torch.futures.Future[Any] | None = None
-
-    def _on_call_stream(self) -> Any:
-        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         secs = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
@@ -62,7 +64,7 @@ class Work:
         def done(_: Future[Any]) -> None:
             try:
                 self._fut.result()
-                with self._on_call_stream():  # after the call's kernels, in that stream's order
+                with on_stream(self._stream):  # after the call's kernels, in that stream's order
                     after()
                     if self._stream is None:
                         fut.set_result(None)
@@ -90,7 +92,7 @@ class Work:
                 if exc is not None:
                     tf.set_exception(exc)
                     return
-                with self._on_call_stream():
+                with on_stream(self._stream):
                     tf.set_result(self._result)
 
             self._fut.add_done_callback(done)
