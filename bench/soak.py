@@ -70,6 +70,11 @@ def schedule(calls: int, max_bytes: int, seed: int, size_pool: int = 0) -> list[
             for _ in range(calls)]
 
 
+def baseline_call(args: argparse.Namespace) -> int:
+    """The call after which the RSS baseline is sampled: the end of the warm-up fraction, on a sample."""
+    return int(args.calls * args.warmup) // args.sample_every * args.sample_every
+
+
 def warmup_calls(max_bytes: int) -> list[Call]:
     """Every (group, op, algo) once at a few sizes up to the largest, sync, before the mix: each
     engine's communicators, worker thread and largest buffers exist before the baseline."""
@@ -157,7 +162,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, parts: str
     start = time.monotonic()
 
     libc = ctypes.CDLL("libc.so.6") if args.malloc_trim or args.malloc_info else None
-    warm_at = int(args.calls * args.warmup) // args.sample_every * args.sample_every
+    warm_at = baseline_call(args)
 
     def malloc_info(i: int) -> None:
         """glibc's own account of each arena (its size, what in it is free), for diagnosis."""
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += [f"rank {r}: {f}" for f in part["failures"]]
         (parts / f"rank{r}.json").unlink()
     parts.rmdir()
-    warmup = int(args.calls * args.warmup) // args.sample_every * args.sample_every
+    warmup = baseline_call(args)
     summary = summarize(rows, args.nprocs, args.calls, warmup, args.rss_tol)
     summary["failures"] = failures
     with open(args.out / "soak.csv", "w", newline="") as f:
