@@ -11,6 +11,9 @@ import tempfile
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp())
 os.environ.setdefault("WORLD_SIZE", "4")
 os.environ.update(BACKEND="gloo", INIT_METHOD=f"file://{os.environ['TEMP_DIR']}/init")
+# torch's harness takes any CI variable as its own CI and then writes XML reports through xmlrunner,
+# which hocc does not install; the result is the exit status either way.
+os.environ.pop("CI", None)
 
 import torch.testing._internal.distributed.distributed_test as torch_suite
 from torch.testing._internal.common_utils import run_tests
