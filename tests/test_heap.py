@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -17,10 +18,10 @@ def _rss_mib() -> float:
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _wait_for(cond: object, seconds: float) -> bool:
+def _wait_for(cond: Callable[[], bool], seconds: float) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if cond():  # type: ignore[operator]
+        if cond():
             return True
         time.sleep(0.02)
     return False
