@@ -16,6 +16,7 @@ from hocc.api.collectives import (
     reduce_scatter_single,
     reduce_scatter_tensor,
 )
+from hocc.api.record import dump_record, stats
 from hocc.api.validate import HoccError
 from hocc.backend.ddp_hook import ddp_comm_hook
 from hocc.backend.process_group import HoccProcessGroup, register
@@ -34,7 +35,8 @@ install_teardown_hooks()  # destroy_process_group also releases hocc's engines o
 __all__ = [
     "CallMismatchError", "CollectiveError", "Config", "HoccError",
     "HoccProcessGroup", "Plan", "ReduceOp", "Topology", "Work", "__version__", "all_gather",
-    "all_gather_into_tensor", "all_gather_single", "all_reduce", "configure", "ddp_comm_hook", "get_config",
+    "all_gather_into_tensor", "all_gather_single", "all_reduce", "configure", "ddp_comm_hook", "dump_record",
+    "get_config",
     "last_plan", "make_plan", "parse_spec", "plan_for", "reduce_scatter", "reduce_scatter_single",
-    "reduce_scatter_tensor", "reset_engines",
+    "reduce_scatter_tensor", "reset_engines", "stats",
 ]

@@ -41,6 +41,10 @@ class Config:
     malloc_trim_s: after hocc CPU calls, give the memory glibc holds free back
       to the OS at most this often (seconds; 0: never), from a thread of its
       own (hocc/engine/heap.py).
+    record: how many of its latest calls each engine's flight recorder keeps
+      (hocc/record/; 0: off). Read when an engine is made.
+    record_dir: where recorder dumps go (on a failed call, on SIGUSR1, on
+      hocc.dump_record()); None: <tmp>/hocc-record.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -53,6 +57,8 @@ class Config:
     shm_wait: str = "futex"
     check: str = "comm"
     malloc_trim_s: float = 1.0
+    record: int = 2048
+    record_dir: str | None = None
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -92,6 +98,11 @@ class Config:
             cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
         if env.get("HOCC_MALLOC_TRIM_S", "").strip():
             cfg = replace(cfg, malloc_trim_s=_seconds(env, "HOCC_MALLOC_TRIM_S"))
+        if env.get("HOCC_RECORD", "").strip():
+            val = env["HOCC_RECORD"].strip().lower()
+            cfg = replace(cfg, record=0 if val in ("off", "false") else _count(env, "HOCC_RECORD"))
+        if env.get("HOCC_RECORD_DIR", "").strip():
+            cfg = replace(cfg, record_dir=env["HOCC_RECORD_DIR"].strip())
         if env.get("HOCC_SHM_WAIT"):
             cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
         planner = cfg.planner
@@ -129,6 +140,16 @@ def _seconds(env: dict[str, str], name: str) -> float:
         val = -1.0
     if not 0 <= val < math.inf:  # also refuses nan
         raise ValueError(f"{name}={env[name]!r} must be a finite number of seconds, 0 or more (0 turns it off)")
+    return val
+
+
+def _count(env: dict[str, str], name: str) -> int:
+    try:
+        val = int(env[name])
+    except ValueError:
+        val = -1
+    if val < 0:
+        raise ValueError(f"{name}={env[name]!r} must be a whole number, 0 or more (0 turns it off)")
     return val
 
 

@@ -21,6 +21,8 @@ struct Executor::Run {
   char* work;
   DType t;
   RedOp op;
+  const Step* steps;  // the plan's first step (a record names steps by index)
+  RunRecord* rec;     // null: not recording
   char* buf(Buf b) const { return b == Buf::work ? work : b == Buf::output ? output : const_cast<char*>(input); }
 };
 
@@ -91,8 +93,14 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
     }
   }
   for (const GroupSlice* g : it.groups) {
+    Lane l = lane;
+    if (r.rec) {
+      l.rec = r.rec;
+      l.step_rec = r.rec->begin_step(int32_t(&s - r.steps), int32_t(g - s.groups.data()));
+    }
     try {
-      run_group(s, *g, r, lane);
+      run_group(s, *g, r, l);
+      if (r.rec) r.rec->end_step(l.step_rec);
     } catch (const std::exception& e) {
       rethrow_with("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
                        impl_name(s.impl) + " " + op_name(s.op) + " over ranks [" + ranks_of(*g) + "]: ",
@@ -146,7 +154,14 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
                                                  : nullptr;
   if (plan.work_at != WorkAt::none && n && !work) throw Error("hocc: the plan needs a work buffer and got none");
   if (plan.layout.block_elems && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
-  Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op};
+  std::shared_ptr<RunRecord> rec;
+  if (record_) {
+    rec = std::make_shared<RunRecord>();
+    std::lock_guard<std::mutex> lk(rec_mu_);
+    last_ = rec;
+  }
+  Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op, plan.steps.data(),
+        rec.get()};
   t_.prepare(plan);
   if (call) t_.begin(*call);
   Device& dev = t_.device();
@@ -161,6 +176,7 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (average && plan.collective != Op::all_gather)
     dev.divide(r.output, plan.layout.block_elems, t, double(plan.world), caller_stream);
   if (!t_.async()) dev.sync(caller_stream);
+  if (rec) rec->end();
 }
 
 void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {

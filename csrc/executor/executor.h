@@ -17,10 +17,13 @@
 // is then aborted (Transport::abort) so that peers fail instead of waiting.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/plan.h"
+#include "core/record.h"
 #include "core/types.h"
 #include "transport/transport.h"
 
@@ -60,6 +63,14 @@ class Executor {
   void inject_fault(int stage, const std::string& action);
   void set_trace(bool on) { trace_ = on; }
   std::vector<StepTiming> take_timings();
+  // Flight recorder (core/record.h): on, each run notes when this rank began
+  // and ended each of its steps and ring exchanges. last_record() is the
+  // latest run's record, also while it runs (from any thread); null if none.
+  void set_record(bool on) { record_ = on; }
+  std::shared_ptr<RunRecord> last_record() const {
+    std::lock_guard<std::mutex> lk(rec_mu_);
+    return last_;
+  }
 
  private:
   struct Item {  // this rank's part of one step
@@ -81,6 +92,9 @@ class Executor {
   int fault_stage_ = -1;
   std::string fault_action_;
   std::vector<StepTiming> timings_;
+  bool record_ = true;
+  mutable std::mutex rec_mu_;
+  std::shared_ptr<RunRecord> last_;
 };
 
 }  // namespace hocc

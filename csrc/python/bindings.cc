@@ -6,6 +6,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -89,6 +93,33 @@ std::unique_ptr<Device> make_device(const std::string& name) {
               ")");
 }
 
+// SIGUSR1 -> a byte on a pipe, read by hocc/record/dump.py's thread, which
+// dumps the recorders: a Python handler would wait for the main thread, which
+// may be blocked in a call. Only write() and getpid(): async-signal-safe. A
+// forked child keeps the handler but not the reader, so it ignores the signal
+// until it installs its own.
+int g_dump_fd = -1;
+pid_t g_dump_pid = 0;
+
+void on_dump_signal(int) {
+  const int saved = errno;
+  if (g_dump_fd >= 0 && getpid() == g_dump_pid) {
+    const char b = 1;
+    [[maybe_unused]] ssize_t n = write(g_dump_fd, &b, 1);
+  }
+  errno = saved;
+}
+
+void install_dump_signal(int fd, int signum) {
+  g_dump_fd = fd;
+  g_dump_pid = getpid();
+  struct sigaction sa {};
+  sa.sa_handler = on_dump_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(signum, &sa, nullptr) != 0) throw Error("hocc: could not install the recorder's signal handler");
+}
+
 // An in-process world with one executor per rank; run() starts one thread per rank.
 class InProcRunner {
  public:
@@ -139,6 +170,11 @@ class InProcRunner {
     if (!first.empty()) throw Error(first);
   }
 
+  std::shared_ptr<RunRecord> last_record(int rank) const {
+    if (rank < 0 || rank >= int(execs_.size())) throw Error("hocc in-process: no rank " + std::to_string(rank));
+    return execs_[size_t(rank)]->last_record();
+  }
+
  private:
   std::unique_ptr<Device> device_;
   InProcWorld world_;
@@ -151,6 +187,9 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and NCCL transports";
   auto& native_error = py::register_exception<Error>(m, "HoccNativeError", PyExc_RuntimeError);
   py::register_exception<MismatchError>(m, "HoccMismatchError", native_error.ptr());
+
+  m.def("install_dump_signal", &install_dump_signal, py::arg("fd"), py::arg("signum"),
+        "on signum, write a byte to fd (hocc/record/dump.py reads it and dumps the recorders)");
 
   m.def("cuda_built", [] {
 #ifdef HOCC_WITH_CUDA
@@ -212,7 +251,25 @@ PYBIND11_MODULE(_C, m) {
         std::vector<std::tuple<int, int, std::string, double>> out;
         for (const auto& x : e.take_timings()) out.emplace_back(x.stage, x.chunk, op_name(x.op), x.seconds);
         return out;
-      }, "(stage, chunk, collective, seconds) of each step run since the last call, in trace mode");
+      }, "(stage, chunk, collective, seconds) of each step run since the last call, in trace mode")
+      .def("set_record", &Executor::set_record, py::arg("on"), "note each run's steps and exchanges (core/record.h)")
+      .def("last_record", &Executor::last_record, "the latest run's RunRecord (also while it runs), or None");
+
+  py::class_<RunRecord, std::shared_ptr<RunRecord>>(m, "RunRecord",
+                                                    "one run's steps and ring exchanges, as this rank ran them")
+      .def_property_readonly("begin_ns", &RunRecord::begin_ns)
+      .def_property_readonly("end_ns", &RunRecord::end_ns, "0 while the run has not ended")
+      .def("steps", [](const RunRecord& r) {
+        std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t>> out;
+        for (const auto& x : r.steps()) out.emplace_back(x.step, x.group, x.begin_ns, x.end_ns);
+        return out;
+      }, "(plan step index, group index in it, begin ns, end ns or 0) per step this rank began")
+      .def("exchanges", [](const RunRecord& r) {
+        std::vector<std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, int64_t>> out;
+        for (const auto& x : r.exchanges())
+          out.emplace_back(x.step, x.to, x.from, x.post_ns, x.done_ns, x.sent, x.received);
+        return out;
+      }, "(index into steps(), successor, predecessor, posted ns, done ns, bytes sent, bytes received) per ring step");
 
   m.def("reduce", [](uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op) {
     DType t = parse_dtype(dtype);
@@ -236,7 +293,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("timeout_s") = 60.0)
       .def("run", &InProcRunner::run, py::arg("plan"), py::arg("inputs"), py::arg("outputs"), py::arg("works"),
            py::arg("dtype"), py::arg("op"), py::arg("fail_rank") = -1, py::arg("absent_rank") = -1,
-           py::arg("slow_rank") = -1, py::arg("slow_s") = 0.0);
+           py::arg("slow_rank") = -1, py::arg("slow_s") = 0.0)
+      .def("last_record", &InProcRunner::last_record, py::arg("rank"), "rank's latest RunRecord, or None");
 
   py::class_<ShmComm, Comm, std::shared_ptr<ShmComm>>(m, "ShmComm",
                                                      "one host group's shared-memory segment (transport/shm.h)")

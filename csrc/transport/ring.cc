@@ -20,12 +20,24 @@ std::vector<Part> split_even(size_t count, int n) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// one ring step, noted in the lane's record (core/record.h) when there is one
+void exchange(Comm& c, const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
+              const Lane& lane) {
+  if (!lane.rec) return c.exchange(send, send_n, recv, recv_n, t, op, lane);
+  const int64_t post = wall_ns();
+  c.exchange(send, send_n, recv, recv_n, t, op, lane);
+  const int64_t es = int64_t(dtype_size(t));
+  auto rank = [&](int m) { return m >= 0 && m < int(c.ranks.size()) ? c.ranks[size_t(m)] : -1; };
+  lane.rec->exchange({lane.step_rec, rank(mod(c.me + 1, c.n)), rank(mod(c.me - 1, c.n)), post, wall_ns(),
+                      int64_t(send_n) * es, int64_t(recv_n) * es});
+}
+
 void reduce_scatter_parts(Comm& c, char* base, const std::vector<Part>& p, DType t, RedOp op, const Lane& lane) {
   const size_t es = dtype_size(t);
   for (int s = 0; s < c.n - 1; ++s) {
     const Part& out = p[mod(c.me - s - 1, c.n)];
     const Part& in = p[mod(c.me - s - 2, c.n)];
-    c.exchange(base + out.start * es, out.len, base + in.start * es, in.len, t, op, lane);
+    exchange(c, base + out.start * es, out.len, base + in.start * es, in.len, t, op, lane);
   }
 }
 
@@ -34,7 +46,7 @@ void all_gather_parts(Comm& c, char* base, const std::vector<Part>& p, DType t, 
   for (int s = 0; s < c.n - 1; ++s) {
     const Part& out = p[mod(c.me - s, c.n)];
     const Part& in = p[mod(c.me - s - 1, c.n)];
-    c.exchange(base + out.start * es, out.len, base + in.start * es, in.len, t, RedOp::none, lane);
+    exchange(c, base + out.start * es, out.len, base + in.start * es, in.len, t, RedOp::none, lane);
   }
 }
 

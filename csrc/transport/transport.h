@@ -12,6 +12,7 @@
 
 #include "core/call.h"
 #include "core/plan.h"
+#include "core/record.h"
 #include "core/types.h"
 #include "device/device.h"
 
@@ -22,6 +23,9 @@ namespace hocc {
 struct Lane {
   void* stream = nullptr;
   Device* dev = nullptr;
+  // where ring steps note their exchanges (null: not recorded), and the step
+  RunRecord* rec = nullptr;
+  int32_t step_rec = -1;
 };
 
 class Comm {

@@ -116,6 +116,13 @@ class HoccProcessGroup(dist.ProcessGroup):
             self._engines[key] = Engine(info, device, get_config())
         return self._engines[key]
 
+    def stats(self, device: str | torch.device = "cpu") -> dict[str, Any]:
+        """hocc.stats for this group: per-tier throughput and arrival skew of
+        its planned calls (dist.group.WORLD._get_backend(device).stats())."""
+        from hocc.api.record import stats
+
+        return stats(self, device)
+
     # -- teardown (dist.destroy_process_group calls shutdown(), _abort_process_group abort()) --------------
     def shutdown(self) -> None:
         """Release everything once the calls made before have ended: the

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -38,6 +39,8 @@ from hocc.plan.nccl_defaults import NCCL_LINKS
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
+from hocc.record import dump as record_dump
+from hocc.record.recorder import CallRecord, Recorder
 from hocc.topology import Topology, from_hostnames, parse_spec
 from hocc.topology.detect import from_host_reports, host_report
 
@@ -167,6 +170,10 @@ class Engine:
             self.comms = Communicators(info, prefix, self.transport, cfg.shm_piece_bytes, cfg.shm_wait)
         if self.executor is not None:
             self.executor.set_trace(cfg.trace)
+            self.executor.set_record(cfg.record > 0)
+        self.recorder = Recorder(cfg.record, self._record_header, self.executor)
+        self._record_dir = cfg.record_dir
+        record_dump.register(self.recorder)
         self._peer_failure: str | None = None
         self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed)
 
@@ -213,30 +220,35 @@ class Engine:
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         entry = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg)
         self.last_plan = entry.plan
-        call = Call(self._seq, collective, count, dtype_name(inp.dtype), reduce_op, entry.plan.algo, entry.hash)
+        dtype = dtype_name(inp.dtype)
+        call = Call(self._seq, collective, count, dtype, reduce_op, entry.plan.algo, entry.hash)
+        rec = CallRecord(self._seq, collective, count, dtype, inp.element_size(), reduce_op, entry.plan)
+        self.recorder.made(rec)
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, rec), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: str) -> None:
+                 check: str, rec: CallRecord) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, check)
+            self._execute_checked(entry, inp, out, reduce_op, call, check, rec)
 
     def _execute_checked(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         check: str) -> None:
+                         check: str, rec: CallRecord) -> None:
+        self.recorder.began(rec)
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
             self.watchdog.begin()
             self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None)
+            self.recorder.ended(rec)
         except Exception as e:
-            raise self._fail(call, entry.plan, e) from e
+            raise self._fail(call, entry.plan, e, rec) from e
         finally:
             self.watchdog.end()
 
@@ -273,9 +285,10 @@ class Engine:
         glob = "" if ranks == list(range(self.size)) else f"; its ranks 0..{self.size - 1} are global ranks {ranks}"
         return f"group {self.info.name!r} (rank {self.rank} of {self.size}{glob})"
 
-    def _fail(self, call: Call, plan: Plan, e: Exception) -> CollectiveError:
+    def _fail(self, call: Call, plan: Plan, e: Exception, rec: CallRecord | None = None) -> CollectiveError:
         """Fail the group: remember why, abort the transport (peers blocked on
-        this rank fail too), tell the group through the watchdog."""
+        this rank fail too), tell the group through the watchdog, and write
+        the flight recorder's dump before the error reaches the caller."""
         why = str(e)
         tiers = {st.stage: st.tier for st in plan.steps}  # "at stage 1," -> "at stage 1 (rail),"
         why = re.sub(r"at stage (\d+),", lambda m: f"at stage {m[1]} ({tiers.get(int(m[1]), '?')}),", why)
@@ -287,9 +300,33 @@ class Engine:
             self._abort_transport(msg)
             if self._peer_failure is None:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
+        if rec is not None:
+            self.recorder.ended(rec, why)
+            msg += self._dump_on_failure(f"failed: {call.describe()}: {why}")
         mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
+
+    def _dump_on_failure(self, reason: str) -> str:
+        """Write this engine's recorder out; the sentence the error gets about it."""
+        if not self.recorder.on:
+            return ""
+        try:
+            path = record_dump.write(self.recorder, reason, record_dump.record_dir(self._record_dir))
+        except Exception as e:  # the collective's error matters more than its dump's
+            log.warning("hocc: could not write the flight recorder's dump: %s", e)
+            return ""
+        return f". This rank's flight recorder is in {path} (read every rank's with: hocc trace DIR)"
+
+    def _record_header(self) -> dict[str, Any]:
+        """Who this recorder belongs to, for its dumps (hocc/record/dump.py)."""
+        info = self.info
+        glob = dist.get_rank() if dist.is_initialized() else info.global_ranks[info.rank]
+        topo = self.topology
+        return {"rank": info.rank, "global_rank": glob, "group": info.name, "size": info.size,
+                "global_ranks": list(info.global_ranks), "device": self.device.type, "hostname": socket.gethostname(),
+                "pid": os.getpid(), "hosts": [topo.host_of(r) for r in range(topo.world_size)],
+                "switches": [topo.switch_of(r) for r in range(topo.world_size)]}
 
     def _failed_earlier(self, collective: str) -> CollectiveError:
         return CollectiveError(f"hocc: {collective} on {self._where()}: the group failed earlier and cannot be "

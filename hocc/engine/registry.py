@@ -40,6 +40,22 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
     return eng
 
 
+def find_engine(group: Any, device: torch.device) -> Engine | None:
+    """The engine already serving `group` (a ProcessGroup, or a "hocc"
+    backend object) for `device`, or None: never makes one (making one is
+    collective, and this is asked from one rank, e.g. for stats)."""
+    own = getattr(group, "_engines", None)
+    if own is None and hasattr(group, "_get_backend"):
+        try:
+            own = getattr(group._get_backend(device), "_engines", None)
+        except RuntimeError:
+            own = None
+    if isinstance(own, dict):
+        return own.get(device.type)
+    with _engines_lock:
+        return _engines.get((id(group), device.type))
+
+
 def reset_engines() -> None:
     """Forget every engine (after destroy_process_group, or to apply new settings)."""
     _release([k for k in list(_engines)], None)

@@ -1,0 +1,121 @@
+"""Writing the recorders out: one JSON file per rank and engine.
+
+When: on a failed call (the engine writes before it raises, on every rank
+the failure reaches), on SIGUSR1 (every engine of the process), and on
+hocc.dump_record(). Where: HOCC_RECORD_DIR, else <tmp>/hocc-record; the file
+is rank<global rank>.<group>.<device>.json, replaced by each dump (so a
+directory holds one job's latest state per rank, and never grows).
+
+The format (docs/recorder.md): {"format": "hocc-record", "version": 1,
+"reason", "dumped_ns", the header (rank, global rank, group, size, its global
+ranks, hostname, pid, the hosts of the group's ranks), "calls": [...]}.
+
+SIGUSR1 must work while the main thread is blocked inside a call (a hang,
+where it matters most), so a Python handler cannot do it: it would only run
+once the call returned. hocc._C's handler writes a byte to a pipe, and a
+thread of hocc's reads it and dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+from hocc.record.recorder import Recorder
+
+log = logging.getLogger("hocc")
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+_signal_lock = threading.Lock()
+_signal_pid = 0  # the process whose SIGUSR1 thread runs (a forked child starts its own)
+
+
+def record_dir(configured: str | None) -> str:
+    return configured or os.path.join(tempfile.gettempdir(), "hocc-record")
+
+
+def dump_path(directory: str, header: dict[str, Any]) -> str:
+    group = re.sub(r"[^A-Za-z0-9_.-]", "_", str(header["group"]))
+    return os.path.join(directory, f"rank{header['global_rank']}.{group}.{header['device']}.json")
+
+
+def write(rec: Recorder, reason: str, directory: str) -> str:
+    """Write one recorder's dump now; returns its path."""
+    header = rec.header()
+    doc = {**header, "reason": reason, "dumped_ns": time.time_ns(), "calls": rec.snapshot()}
+    os.makedirs(directory, exist_ok=True)
+    path = dump_path(directory, header)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, path)  # readers never see half a file
+    return path
+
+
+def register(rec: Recorder) -> None:
+    """Track a live recorder for SIGUSR1 and dump_record(); install the
+    signal's reader thread in this process if SIGUSR1 is still unclaimed."""
+    if not rec.on:
+        return
+    _recorders.add(rec)
+    _install_signal()
+
+
+def dump_all(reason: str, directory: str | None = None) -> list[str]:
+    """Dump every live recorder of this process; returns the paths written."""
+    from hocc.config import get_config
+
+    where = directory or record_dir(get_config().record_dir)
+    paths = []
+    for rec in list(_recorders):
+        try:
+            paths.append(write(rec, reason, where))
+        except Exception as e:  # a dump must never take the process down
+            log.warning("hocc: could not write a recorder dump to %s: %s", where, e)
+    return paths
+
+
+def _install_signal() -> None:
+    global _signal_pid
+    with _signal_lock:
+        if _signal_pid == os.getpid():
+            return
+        _signal_pid = os.getpid()
+        current = signal.getsignal(signal.SIGUSR1)  # a Python handler of the caller's, if any
+        if current not in (signal.SIG_DFL, None):
+            log.debug("hocc: SIGUSR1 has a handler already; recorder dumps on it are off")
+            return
+        from hocc.executor import load
+
+        r, w = os.pipe()
+        load().install_dump_signal(w, int(signal.SIGUSR1))
+        threading.Thread(target=_signal_reader, args=(r,), name="hocc-record-signal", daemon=True).start()
+
+
+def _signal_reader(fd: int) -> None:
+    while True:
+        try:
+            got = os.read(fd, 64)
+        except OSError:
+            return
+        if not got:
+            return
+        paths = dump_all("SIGUSR1")
+        log.warning("hocc: SIGUSR1: wrote %d recorder dump(s): %s", len(paths), ", ".join(paths))
+
+
+def _after_fork() -> None:
+    global _signal_pid, _recorders
+    _signal_pid = 0  # the reader thread did not survive the fork
+    _recorders = weakref.WeakSet()
+
+
+os.register_at_fork(after_in_child=_after_fork)
