@@ -86,8 +86,9 @@ def tbf(dev: str, rate: str, netns: str | None = None) -> None:
 
 
 class Cluster:
-    def __init__(self, sc: Scenario, rate: str, trunk: str) -> None:
+    def __init__(self, sc: Scenario, rate: str, trunk: str, host_rates: dict[int, str] | None = None) -> None:
         self.sc, self.rate, self.trunk = sc, rate, trunk
+        self.host_rates = dict(host_rates or {})  # hosts whose NIC is shaped otherwise (a planted slow NIC)
         self.namespaces = [f"{PREFIX}-h{h}" for h in range(sc.hosts)]
         self.bridges = [f"{PREFIX}-br{s}" for s in range(sc.switches)]
         self.links: list[str] = []
@@ -120,8 +121,9 @@ class Cluster:
             sh("ip", "link", "set", outer, "up")
             sh("ip", "-n", ns, "addr", "add", f"{SUBNET}.{h + 1}/24", "dev", inner)
             sh("ip", "-n", ns, "link", "set", inner, "up")
-            tbf(inner, self.rate, ns)   # host -> switch
-            tbf(outer, self.rate)       # switch -> host
+            rate = self.host_rates.get(h, self.rate)
+            tbf(inner, rate, ns)   # host -> switch
+            tbf(outer, rate)       # switch -> host
         if self.sc.switches > 1:
             a, b = f"{PREFIX}-t0", f"{PREFIX}-t1"
             sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
@@ -187,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", nargs="?", choices=sorted(SCENARIOS))
     p.add_argument("--rate", default="200mbit", help="host NIC rate, as tc writes it (default 200mbit)")
+    p.add_argument("--host-rate", action="append", default=[], metavar="H=RATE",
+                   help="shape host H's NIC at RATE instead (a slow NIC; HOCC_TOPOLOGY still says --rate); repeatable")
     p.add_argument("--trunk-rate", default="100mbit", help="inter-switch trunk rate (2x2x2; default 100mbit)")
     p.add_argument("--python", default=sys.executable, help="interpreter with hocc installed")
     p.add_argument("--port", type=int, default=29650)
@@ -202,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.scenario is None:
         p.error("name a scenario")
     sc = SCENARIOS[a.scenario]
-    cluster = Cluster(sc, a.rate, a.trunk_rate)
+    try:
+        host_rates = {int(h): r for h, r in (x.split("=", 1) for x in a.host_rate)}
+    except ValueError:
+        p.error("--host-rate takes H=RATE, e.g. 2=50mbit")
+    if any(not 0 <= h < sc.hosts for h in host_rates):
+        p.error(f"--host-rate: scenario {sc.name} has hosts 0..{sc.hosts - 1}")
+    cluster = Cluster(sc, a.rate, a.trunk_rate, host_rates)
     procs: list[subprocess.Popen[bytes]] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -213,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.up()
         ranks = "+".join(map(str, sc.sizes)) if sc.sizes else str(sc.ranks_per_host)
         print(f"# scenario {sc.name}: {sc.hosts} hosts x {ranks} ranks, {sc.switches} switch(es), "
-              f"NIC {a.rate}" + (f", trunk {a.trunk_rate}" if sc.switches > 1 else "")
+              f"NIC {a.rate}" + "".join(f", host {h} NIC {r}" for h, r in sorted(host_rates.items()))
+              + (f", trunk {a.trunk_rate}" if sc.switches > 1 else "")
               + f"; HOCC_TOPOLOGY={sc.spec(a.rate, a.trunk_rate)}", flush=True)
         procs = cluster.launch(bench_args, a.python, a.port, a.script)
         deadline = time.monotonic() + a.timeout

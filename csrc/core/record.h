@@ -3,8 +3,9 @@
 //   a step: this rank's part of one group of one plan step, by index
 //     (plan.steps[step].groups[group]), and when the rank began and ended it;
 //   an exchange: one ring step inside it (transport/ring.cc): when it was
-//     posted and when its receive was done, the bytes each way, and the
-//     successor and predecessor (ranks of the engine's group).
+//     posted, when its receive ended and when it ended (its send too), the
+//     bytes each way, and the successor and predecessor (ranks of the
+//     engine's group).
 // Times are wall-clock nanoseconds (CLOCK_REALTIME), so that ranks' records
 // merge into one timeline where the hosts' clocks are synchronized.
 // Lanes append concurrently and a dump may read a run still in flight, so
@@ -31,7 +32,9 @@ struct StepRecord {
 struct ExchangeRecord {
   int32_t step;               // index into RunRecord::steps
   int32_t to, from;           // the ring successor and predecessor (-1: unknown)
-  int64_t post_ns, done_ns;
+  int64_t post_ns;
+  int64_t done_ns;            // the receive ended (the link's transfer is timed by it)
+  int64_t end_ns;             // the whole exchange ended (the send too)
   int64_t sent, received;     // bytes
 };
 

@@ -265,11 +265,12 @@ PYBIND11_MODULE(_C, m) {
         return out;
       }, "(plan step index, group index in it, begin ns, end ns or 0) per step this rank began")
       .def("exchanges", [](const RunRecord& r) {
-        std::vector<std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, int64_t>> out;
+        std::vector<std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, int64_t, int64_t>> out;
         for (const auto& x : r.exchanges())
-          out.emplace_back(x.step, x.to, x.from, x.post_ns, x.done_ns, x.sent, x.received);
+          out.emplace_back(x.step, x.to, x.from, x.post_ns, x.done_ns, x.end_ns, x.sent, x.received);
         return out;
-      }, "(index into steps(), successor, predecessor, posted ns, done ns, bytes sent, bytes received) per ring step");
+      }, "(index into steps(), successor, predecessor, posted ns, receive ended ns, ended ns, bytes sent, bytes "
+         "received) per ring step");
 
   m.def("reduce", [](uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op) {
     DType t = parse_dtype(dtype);

@@ -69,8 +69,11 @@ class C10dComm final : public Comm {
     if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
     if (checking) check_end();
     if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
-    finish(sw, "a ring step", "sending to " + who(next()) + " (the ring successor)");
+    // the receive first: its end is what the recorder times the link by (a send into a slow link
+    // may end later, and must not be charged to the link we receive on)
     finish(rw, "a ring step", "waiting for " + who(prev()) + " (the ring predecessor)");
+    recv_done_ns = wall_ns();
+    finish(sw, "a ring step", "sending to " + who(next()) + " (the ring successor)");
     check_done();
     if (into != recv) reduce_cpu(recv, into, recv_n, t, op);
   }

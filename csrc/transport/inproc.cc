@@ -124,6 +124,7 @@ Comm& InProcTransport::comm(int stage, const std::vector<int>& ranks, Impl) {
   if (me < 0) throw Error("hocc in-process: rank " + std::to_string(rank_) + " is not in group " + members);
   auto c = std::make_unique<InProcComm>(world_, name + "]", me, int(ranks.size()), ranks,
                                         "stage " + std::to_string(stage) + " group " + members);
+  c->ranks = ranks;
   Comm& ref = *c;
   comms_.emplace(key, std::move(c));
   return ref;

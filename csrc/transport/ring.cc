@@ -25,11 +25,12 @@ void exchange(Comm& c, const char* send, size_t send_n, char* recv, size_t recv_
               const Lane& lane) {
   if (!lane.rec) return c.exchange(send, send_n, recv, recv_n, t, op, lane);
   const int64_t post = wall_ns();
+  c.recv_done_ns = 0;
   c.exchange(send, send_n, recv, recv_n, t, op, lane);
-  const int64_t es = int64_t(dtype_size(t));
+  const int64_t end = wall_ns(), es = int64_t(dtype_size(t));
   auto rank = [&](int m) { return m >= 0 && m < int(c.ranks.size()) ? c.ranks[size_t(m)] : -1; };
-  lane.rec->exchange({lane.step_rec, rank(mod(c.me + 1, c.n)), rank(mod(c.me - 1, c.n)), post, wall_ns(),
-                      int64_t(send_n) * es, int64_t(recv_n) * es});
+  lane.rec->exchange({lane.step_rec, rank(mod(c.me + 1, c.n)), rank(mod(c.me - 1, c.n)), post,
+                      c.recv_done_ns ? c.recv_done_ns : end, end, int64_t(send_n) * es, int64_t(recv_n) * es});
 }
 
 void reduce_scatter_parts(Comm& c, char* base, const std::vector<Part>& p, DType t, RedOp op, const Lane& lane) {

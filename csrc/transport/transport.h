@@ -38,6 +38,9 @@ class Comm {
   // comm; for messages), and the call its ops belong to (null: none checked)
   std::vector<int> ranks;
   const CallId* call = nullptr;
+  // when the latest exchange()'s receive ended (0: the transport does not
+  // say; then the exchange's end counts), for the recorder (transport/ring.cc)
+  int64_t recv_done_ns = 0;
   std::string who(int member) const {  // "rank 5" (or "member 2" before ranks are known)
     return member >= 0 && member < int(ranks.size()) ? "rank " + std::to_string(ranks[member])
                                                      : "member " + std::to_string(member);

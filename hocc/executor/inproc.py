@@ -4,6 +4,8 @@ packs, runs and unpacks, exactly as for a multi-process group."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hocc.executor import load
@@ -35,3 +37,7 @@ class InProcWorld:
         self._world.run(to_native(plan), [x.data_ptr() for x in inputs], [o.data_ptr() for o in outputs],
                         [w.data_ptr() for w in works], dtype_name(inputs[0].dtype), op_name, fail_rank,
                         absent_rank, slow_rank, slow_s)
+
+    def last_record(self, rank: int) -> Any:
+        """Rank `rank`'s RunRecord of the latest run (hocc._C.RunRecord: steps(), exchanges()), or None."""
+        return self._world.last_record(rank)

@@ -74,8 +74,8 @@ class CallRecord:
                               "tier": st.tier, "ranks": list(g.ranks),
                               "bytes": step_bytes(st.collective, len(g.ranks), g.seg, self.elem_size),
                               "begin_ns": begin, "end_ns": end, "exchanges": []})
-            for i, to, frm, post, done, sent, received in run.exchanges():
-                steps[i]["exchanges"].append([to, frm, post, done, sent, received])
+            for i, to, frm, post, done, end, sent, received in run.exchanges():
+                steps[i]["exchanges"].append([to, frm, post, done, end, sent, received])
         return {"seq": self.seq, "collective": self.collective, "count": self.count, "dtype": self.dtype,
                 "op": self.op, "algo": self.algo, "plan": self.plan.summary(), "stages": self.plan.stages,
                 "chunks": self.plan.layout.chunks, "state": self.state, "error": self.error,

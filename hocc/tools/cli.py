@@ -1,7 +1,8 @@
 """The `hocc` command: `hocc plan` (predictions, crossovers, pictures),
 `hocc calibrate` (fit the cost model to hocc-bench results or nccl-tests
 logs), `hocc topo` (what this machine's topology looks like) and `hocc paro`
-(PaRO-DP: which sharding strategy to train with). None needs ranks,
+(PaRO-DP: which sharding strategy to train with), `hocc trace` (read the
+flight recorder's dumps). None needs ranks,
 torch.distributed or a GPU."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hocc.tools import calibrate_cli, paro_cli, plan_cli, topo_cli
+from hocc.tools import calibrate_cli, paro_cli, plan_cli, topo_cli, trace_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,7 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = (("plan", plan_cli, "predict each algorithm's time; auto's picks; --draw"),
                 ("calibrate", calibrate_cli, "fit the cost model to hocc-bench JSON or nccl-tests logs"),
                 ("topo", topo_cli, "detect this machine's GPUs, NVLink and NICs; print a spec"),
-                ("paro", paro_cli, "PaRO-DP: advise a sharding strategy"))
+                ("paro", paro_cli, "PaRO-DP: advise a sharding strategy"),
+                ("trace", trace_cli, "merge every rank's flight-recorder dump: who hangs, who is slow, where"))
     for name, mod, help_text in commands:
         mod.add_arguments(sub.add_parser(name, help=help_text, description=mod.__doc__,
                                          formatter_class=argparse.RawDescriptionHelpFormatter))
