@@ -5,6 +5,8 @@ rank's per-call times, the slowest rank reported.
 
     .venv/bin/python bench/call_overhead.py --nprocs 2 --calls 2000
     OMP_NUM_THREADS=1 .venv/bin/python bench/call_overhead.py --nprocs 8
+    .venv/bin/python bench/call_overhead.py --nprocs 8 --record-ab               # the flight recorder on / off
+    .venv/bin/python bench/call_overhead.py --nprocs 8 --record-ab --bytes 67108864 --calls 2 --rounds 4
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import socket
 import statistics
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,12 +26,17 @@ import torch.multiprocessing as mp
 import hocc
 
 WAYS = ("gloo", "hocc-native", "hocc-auto")
+# --record-ab: the same hocc calls on a copy of the world whose engine has the flight recorder off
+NO_RECORD = ("hocc-native/no-record", "hocc-auto/no-record")
+_no_record_group: Any = None
 
 
 def _call(way: str, t: torch.Tensor, async_op: bool) -> object:
     if way == "gloo":
         return dist.all_reduce(t, async_op=async_op)
-    return hocc.all_reduce(t, async_op=async_op, algo="native" if way == "hocc-native" else "auto")
+    group = _no_record_group if way.endswith("/no-record") else None
+    algo = "native" if way.startswith("hocc-native") else "auto"
+    return hocc.all_reduce(t, async_op=async_op, algo=algo, group=group)
 
 
 def _measure(way: str, async_op: bool, calls: int, t: torch.Tensor) -> float:
@@ -45,31 +53,46 @@ def _measure(way: str, async_op: bool, calls: int, t: torch.Tensor) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str) -> None:
+def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, nbytes: int, record_ab: bool) -> None:
+    global _no_record_group
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    t = torch.ones(1)
-    for way in WAYS:  # warm-up: engines, plans, communicators
+    t = torch.ones(max(nbytes // 4, 1))
+    ways = WAYS + (NO_RECORD if record_ab else ())
+    if record_ab:  # the copy's engine is made while the recorder is off, the world's after it is back on
+        _no_record_group = dist.new_group(list(range(world)))
+        on = hocc.get_config().record
+        hocc.configure(record=0)
+        hocc.all_reduce(t, group=_no_record_group)
+        hocc.configure(record=on)
+    for way in ways:  # warm-up: engines, plans, communicators
         for a in (False, True):
-            _measure(way, a, 20, t)
-    times: dict[str, list[float]] = {f"{w}/{'async' if a else 'sync'}": [] for w in WAYS for a in (False, True)}
+            _measure(way, a, min(calls, 20), t)
+    times: dict[str, list[float]] = {f"{w}/{'async' if a else 'sync'}": [] for w in ways for a in (False, True)}
     for _ in range(rounds):
-        for way in WAYS:
+        for way in ways:
             for a in (False, True):
                 times[f"{way}/{'async' if a else 'sync'}"].append(_measure(way, a, calls, t))
     med = torch.tensor([statistics.median(v) for v in times.values()], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     if rank == 0:
         res = dict(zip(times, (float(x) for x in med), strict=True))
-        print(f"# 4-byte all_reduce, {world} local CPU ranks, {calls} calls x {rounds} rounds, "
-              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
-        print(f"# {'way':<22} {'us/call':>10} {'x gloo':>8}")
+        print(f"# {t.numel() * 4}-byte all_reduce, {world} local CPU ranks, {calls} calls x {rounds} rounds, "
+              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+              f"HOCC_TOPOLOGY={os.environ.get('HOCC_TOPOLOGY', 'unset')}")
+        print(f"# {'way':<32} {'us/call':>10} {'x gloo':>8}" + (f" {'x recorder off':>15}" if record_ab else ""))
         for key, secs in res.items():
-            base = res["gloo/" + key.split("/")[1]]
-            print(f"  {key:<22} {secs * 1e6:>10.1f} {secs / base:>8.2f}")
+            mode = key.rsplit("/", 1)[1]
+            base = res["gloo/" + mode]
+            line = f"  {key:<32} {secs * 1e6:>10.1f} {secs / base:>8.2f}"
+            off = res.get(key.replace(f"/{mode}", f"/no-record/{mode}"))
+            if record_ab and off and "no-record" not in key and key.startswith("hocc"):
+                line += f" {secs / off:>15.3f}"
+            print(line)
         if out:
             with open(out, "w") as f:
-                json.dump({"world": world, "calls": calls, "rounds": rounds,
+                json.dump({"world": world, "calls": calls, "rounds": rounds, "bytes": t.numel() * 4,
+                           "topology": os.environ.get("HOCC_TOPOLOGY"),
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "seconds_per_call": res}, f,
                           indent=1)
     dist.destroy_process_group()
@@ -81,11 +104,15 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default="")
+    p.add_argument("--bytes", type=int, default=4, help="bytes per call (default 4; float32 elements)")
+    p.add_argument("--record-ab", action="store_true",
+                   help="also time hocc's calls with the flight recorder off, interleaved in the same rounds")
     a = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(a.nprocs, port, a.calls, a.rounds, a.json), nprocs=a.nprocs, join=True)
+    mp.spawn(_rank, args=(a.nprocs, port, a.calls, a.rounds, a.json, a.bytes, a.record_ab), nprocs=a.nprocs,
+             join=True)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from hocc.bench.cli import build_parser, spec_from_args
 from hocc.bench.collectives import COLLECTIVES, bandwidths
 from hocc.bench.sizes import parse_size, sweep
+from tests.worlds import run_world
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,6 +94,52 @@ def test_csv_output() -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("op,size,count,dtype") and len(lines) == 3
+
+
+def _busy_rank_bench(rank: int, world: int, out: str) -> None:
+    """Rank 1 spins 20 ms after each call it makes (its own work between calls), so it begins every timed call
+    but the first (after the barrier) last."""
+    import time
+
+    import torch.distributed as dist
+
+    import hocc
+    from hocc.bench import runner
+    from hocc.bench.collectives import BenchCollective
+
+    launch = BenchCollective.launch
+
+    def slowed(self: BenchCollective, *args: Any, **kwargs: Any) -> object:
+        result = launch(self, *args, **kwargs)
+        if rank == 1:
+            end = time.perf_counter() + 0.02
+            while time.perf_counter() < end:
+                pass
+        return result
+
+    BenchCollective.launch = slowed  # type: ignore[method-assign]  # this rank process only
+    spec = runner.BenchSpec(("all_reduce",), (4096,), ("native", "ho_ring"), torch.float32, "sum", 5, 1, 0, 1,
+                            skew=True)
+    rows = runner.run_bench(spec, torch.device("cpu"), progress=False)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump([r.to_dict() for r in rows], f)
+    dist.barrier()
+    assert hocc is not None
+
+
+def test_skew_names_the_late_rank(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    run_world(3, _busy_rank_bench, str(out), env={"HOCC_TOPOLOGY": "3"})
+    rows = json.loads(out.read_text())
+    assert [r["algo"] for r in rows] == ["native", "ho_ring"]
+    for r in rows:
+        assert r["late_rank"] == 1 and len(r["late_us"]) == 3, r
+        assert r["skew_us"] > 10_000 and r["late_us"][1] > 10_000 > max(r["late_us"][0], r["late_us"][2]), r
+    res = _bench("--nprocs", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "--skew", "--algo", "native",
+                 "--quiet")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "# arrival skew (--skew)" in res.stdout
 
 
 def test_no_bound_without_link_rates(tmp_path: Path) -> None:

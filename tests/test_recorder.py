@@ -176,3 +176,55 @@ def test_slow_nic_is_named(tmp_path: Path) -> None:
     assert [f["host"] for f in slow] == ["host2"], report.render([a])
     assert slow[0]["stage"]["tier"] != "host", slow
     assert not [f for f in a["findings"] if f["kind"] != "slow_host_link"], a["findings"]
+
+
+# -- the analysis on made-up dumps: what it must not name ---------------------------------------------------------
+def _dump(rank: int, calls: list[dict[str, object]], size: int = 3) -> dict[str, object]:
+    return {"format": "hocc-record", "version": 1, "reason": "test", "dumped_ns": 0, "rank": rank,
+            "global_rank": rank, "group": "0", "size": size, "global_ranks": list(range(size)), "device": "cpu",
+            "hostname": "h", "pid": 1, "hosts": [f"host{r}" for r in range(size)], "switches": ["s"] * size,
+            "capacity": 8, "calls": calls}
+
+
+def _call(seq: int, start_ms: float, end_ms: float) -> dict[str, object]:
+    return {"seq": seq, "collective": "all_reduce", "count": 1, "dtype": "float32", "op": "sum", "algo": "ring",
+            "plan": "", "stages": 1, "chunks": 1, "state": "ok", "error": "", "enqueue_ns": int(start_ms * 1e6),
+            "start_ns": int(start_ms * 1e6), "end_ns": int(end_ms * 1e6), "steps": []}
+
+
+def _analyze(tmp_path: Path, per_rank: dict[int, list[dict[str, object]]]) -> dict[str, object]:
+    for r, calls in per_rank.items():
+        (tmp_path / f"rank{r}.0.cpu.json").write_text(json.dumps(_dump(r, calls)))
+    [g] = report.load(str(tmp_path))
+    return report.analyze(g)
+
+
+def test_late_only_after_a_late_end_is_not_a_straggler(tmp_path: Path) -> None:
+    """Rank 2 begins each call 20 ms late, but only because its previous call ended 20 ms later (it spends 5 ms
+    outside hocc like the others): no rank is named. With the same lateness from its own work, it is."""
+    calls: dict[int, list[dict[str, object]]] = {r: [] for r in range(3)}
+    for s in range(6):
+        t = s * 100.0
+        for r in range(3):
+            calls[r].append(_call(s, t + (20 if r == 2 else 0), t + 95 - 5 + (20 if r == 2 else 0)))
+    a = _analyze(tmp_path, calls)
+    assert a["skew"]["ranks"][0]["rank"] == 2 and a["skew"]["ranks"][0]["mean_late_s"] > 0.015
+    assert a["findings"] == []
+    own: dict[int, list[dict[str, object]]] = {r: [] for r in range(3)}
+    for s in range(6):
+        t = s * 100.0
+        for r in range(3):
+            own[r].append(_call(s, t + (20 if r == 2 else 0), t + 90))
+    for p in tmp_path.iterdir():
+        p.unlink()
+    b = _analyze(tmp_path, own)
+    assert [f["rank"] for f in b["findings"]] == [2], b["findings"]
+
+
+def test_a_missing_dump_without_a_stuck_call(tmp_path: Path) -> None:
+    """Ranks 0 and 1 ended every call; rank 2's dump is missing: the report says so, and names no late rank."""
+    a = _analyze(tmp_path, {r: [_call(s, s * 10.0, s * 10.0 + 5) for s in range(3)] for r in (0, 1)})
+    h = a["hang"]
+    assert h is not None and h["no_dump"] == [2] and h["never_began"] == [2] and h["waiting"] == [], h
+    assert a["skew"] is None and a["complete_calls"] == 0
+    assert [(f["kind"], f["ranks"]) for f in a["findings"]] == [("no_dump", [2])], a["findings"]

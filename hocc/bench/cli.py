@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import hocc
 from hocc.bench.collectives import COLLECTIVES, OP_NAMES
-from hocc.bench.report import footer, plot, table, to_csv, to_json
+from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
 from hocc.config import ALGO_CHOICES, get_config
@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default=None, help="HOCC_TOPOLOGY spec for the ranks, e.g. 2x4 or 2x4@nic=1gbit")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="auto: cuda with NCCL when GPUs are visible, else cpu with gloo")
+    p.add_argument("--skew", action="store_true",
+                   help="also report each rank's arrival skew: how much later than the first rank it began each "
+                        "timed call (wall clocks; gathered after the timed loop)")
     p.add_argument("--csv", action="store_true", help="print CSV rows instead of the table")
     p.add_argument("--json", metavar="FILE", help="write results and run metadata as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size, one line per algorithm")
@@ -81,7 +84,7 @@ def spec_from_args(a: argparse.Namespace) -> BenchSpec:
     except ValueError as e:
         raise SystemExit(f"hocc-bench: {e}") from None
     return BenchSpec(tuple(ops), tuple(sizes), tuple(algos), DTYPES[a.dtype], a.redop, a.iters, a.warmup,
-                     a.check, a.average)
+                     a.check, a.average, a.skew)
 
 
 def bounds_for(rows: list[Row], topo: Topology | None) -> dict[tuple[str, int], float]:
@@ -128,6 +131,7 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
             sys.stdout.write(line + "\n")
         sys.stdout.write(table(rows, spec.algos, bounds))
         sys.stdout.write(footer(rows, spec.algos, bounds))
+        sys.stdout.write(skew_table(rows))
     sys.stdout.flush()
     if a.json:
         meta: dict[str, Any] = {

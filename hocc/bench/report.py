@@ -11,7 +11,8 @@ from typing import Any
 
 from hocc.bench.runner import Row
 
-FIELDS = ["op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong", "spread"]
+FIELDS = ["op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong", "spread",
+          "skew_us", "late_us", "late_rank"]
 
 
 def _by_key(rows: Sequence[Row]) -> dict[tuple[str, int], dict[str, Row]]:
@@ -88,12 +89,29 @@ def footer(rows: Sequence[Row], algos: Sequence[str], bounds: dict[tuple[str, in
     return "\n".join(lines) + "\n"
 
 
+def skew_table(rows: Sequence[Row]) -> str:
+    """hocc-bench --skew: per (op, size, algo), how much later than the first rank the latest began a call (median
+    over iterations), the latest rank, and every rank's mean lateness."""
+    rows = [r for r in rows if r.late_us is not None]
+    if not rows:
+        return ""
+    lines = ["# arrival skew (--skew): per timed call, each rank's start after the first rank's, in us",
+             f"#{'op':>15} {'size':>12} {'algo':>8} {'skew':>10} {'latest':>7}  per-rank mean lateness"]
+    for r in rows:
+        per = " ".join(f"{x:.0f}" for x in r.late_us or [])
+        lines.append(f" {r.op:>15} {r.size:>12} {r.algo:>8} {r.skew_us or 0:>10.1f} {r.late_rank:>7}  {per}")
+    return "\n".join(lines) + "\n"
+
+
 def to_csv(rows: Sequence[Row]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=FIELDS)
     w.writeheader()
     for r in rows:
-        w.writerow(r.to_dict())
+        d = r.to_dict()
+        if d["late_us"] is not None:  # one cell: the ranks' lateness separated by spaces
+            d["late_us"] = " ".join(f"{x:.1f}" for x in d["late_us"])
+        w.writerow(d)
     return buf.getvalue()
 
 

@@ -31,6 +31,10 @@ class Row:
     busbw: float
     wrong: int
     spread: float  # (max - min) / median of the per-iteration times, on the reporting rank
+    # --skew: per timed iteration, how much later than the first rank each rank began the call
+    skew_us: float | None = None  # median over iterations of the latest rank's lateness
+    late_us: list[float] | None = None  # each rank's mean lateness
+    late_rank: int | None = None  # the rank with the largest mean lateness
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +51,7 @@ class BenchSpec:
     warmup: int
     check: int
     average: int  # nccl-tests -a: 0 rank 0, 1 mean, 2 min, 3 max over ranks
+    skew: bool = False  # record each rank's arrival (wall clock) at every timed call
 
 
 def _sync(device: torch.device) -> None:
@@ -81,7 +86,10 @@ def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device
     _sync(device)
     dist.barrier()
     times = []
+    arrivals = []
     for _ in range(spec.iters):
+        if spec.skew:
+            arrivals.append(time.time_ns())
         start = time.perf_counter()
         coll.launch(inp, out, spec.redop, algo)
         _sync(device)
@@ -95,8 +103,37 @@ def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device
     algbw, busbw = bandwidths(op, nbytes, t, world)
     plan = hocc.last_plan(device=device.type)
     ran = plan.algo if plan is not None else algo
-    return Row(op, nbytes, max(inp.numel(), out.numel()), str(spec.dtype).replace("torch.", ""), redop,
-               algo, ran, t * 1e6, algbw, busbw, int(wrong_t.item()), spread)
+    row = Row(op, nbytes, max(inp.numel(), out.numel()), str(spec.dtype).replace("torch.", ""), redop,
+              algo, ran, t * 1e6, algbw, busbw, int(wrong_t.item()), spread)
+    if spec.skew and arrivals:
+        row.skew_us, row.late_us, row.late_rank = _skew(arrivals, world)
+    return row
+
+
+def _skew(arrivals: list[int], world: int) -> tuple[float, list[float], int]:
+    """Every rank's arrivals gathered (outside the timed loop, on the CPU): per iteration, each rank's lateness
+    after the first; the median of the worst, each rank's mean, and the latest rank. Wall clocks: across hosts as
+    good as their sync."""
+    mine = torch.tensor(arrivals, dtype=torch.int64)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=_cpu_group())
+    grid = torch.stack(every).to(torch.float64)  # [rank, iteration]
+    late = (grid - grid.min(dim=0).values) / 1e3  # us
+    per_rank = late.mean(dim=1)
+    return float(late.max(dim=0).values.median()), [float(x) for x in per_rank], int(per_rank.argmax())
+
+
+_gloo: Any = None
+
+
+def _cpu_group() -> Any:
+    """The world on gloo, for CPU tensors whatever the default backend (NCCL takes only CUDA ones)."""
+    global _gloo
+    if dist.get_backend() == "gloo":
+        return None
+    if _gloo is None:
+        _gloo = dist.new_group(backend="gloo")
+    return _gloo
 
 
 def run_bench(spec: BenchSpec, device: torch.device, progress: bool = True) -> list[Row]:

@@ -313,7 +313,7 @@ class Engine:
             return ""
         try:
             path = record_dump.write(self.recorder, reason, record_dump.record_dir(self._record_dir))
-        except Exception as e:  # the collective's error matters more than its dump's
+        except Exception as e:  # noqa: BLE001 - the collective's error matters more than its dump's
             log.warning("hocc: could not write the flight recorder's dump: %s", e)
             return ""
         return f". This rank's flight recorder is in {path} (read every rank's with: hocc trace DIR)"

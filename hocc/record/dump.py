@@ -78,7 +78,7 @@ def dump_all(reason: str, directory: str | None = None) -> list[str]:
     for rec in list(_recorders):
         try:
             paths.append(write(rec, reason, where))
-        except Exception as e:  # a dump must never take the process down
+        except Exception as e:  # noqa: BLE001 - a dump must never take the process down
             log.warning("hocc: could not write a recorder dump to %s: %s", where, e)
     return paths
 

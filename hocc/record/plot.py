@@ -29,7 +29,7 @@ def plot(g: Group, analysis: dict[str, Any], path: str, calls: int = 3) -> None:
         raise ValueError(f"group {g.name!r}: no call to draw")
     tiers: dict[str, str] = {}
     fig, axes = plt.subplots(len(seqs), 1, figsize=(11, 1.0 + 0.45 * g.size * len(seqs)), squeeze=False)
-    for ax, seq in zip(axes[:, 0], seqs):
+    for ax, seq in zip(axes[:, 0], seqs, strict=True):
         mine = {r: next((c for c in d["calls"] if c["seq"] == seq), None) for r, d in g.dumps.items()}
         starts = [c["start_ns"] for c in mine.values() if c and c["start_ns"]]
         t0 = min(starts) if starts else 0

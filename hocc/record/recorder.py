@@ -41,8 +41,22 @@ class CallRecord:
     """One call on one rank. `run` is the executor's RunRecord (or None where
     nothing ran in C++, e.g. a zero-size call); `plan` resolves its steps."""
 
-    __slots__ = ("seq", "collective", "count", "dtype", "elem_size", "op", "algo", "plan", "enqueue_ns", "start_ns",
-                 "end_ns", "state", "error", "run")
+    __slots__ = (
+        "algo",
+        "collective",
+        "count",
+        "dtype",
+        "elem_size",
+        "end_ns",
+        "enqueue_ns",
+        "error",
+        "op",
+        "plan",
+        "run",
+        "seq",
+        "start_ns",
+        "state",
+    )
 
     def __init__(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan) -> None:
         self.seq = seq
@@ -115,12 +129,14 @@ class Recorder:
 
     def made(self, rec: CallRecord) -> None:
         if self.capacity:
-            self.calls.append(rec)  # deque.append is atomic; the oldest falls out
+            with self.lock:  # a dump may be copying the deque from another thread
+                self.calls.append(rec)  # the oldest falls out
 
     def began(self, rec: CallRecord) -> None:
         rec.start_ns = time.time_ns()
         rec.state = "running"
-        self.arrivals.append((rec.seq, rec.start_ns))
+        with self.lock:
+            self.arrivals.append((rec.seq, rec.start_ns))
 
     def ended(self, rec: CallRecord, error: str = "") -> None:
         rec.end_ns = time.time_ns()
@@ -134,7 +150,8 @@ class Recorder:
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every kept call as JSON-ready dicts, oldest first (also while a call runs)."""
-        calls = list(self.calls)
+        with self.lock:
+            calls = list(self.calls)
         live = self.executor.last_record() if self.executor is not None else None
         out = []
         for rec in calls:

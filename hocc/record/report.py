@@ -54,7 +54,7 @@ class Group:
 
 def load(directory: str) -> list[Group]:
     """Every dump in `directory`, grouped by (group, device)."""
-    groups: dict[tuple[str, str], Group] = {}
+    groups: dict[tuple[Any, ...], Group] = {}
     names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
     for n in names:
         with open(os.path.join(directory, n)) as f:
@@ -66,9 +66,9 @@ def load(directory: str) -> list[Group]:
             continue
         if doc.get("version") != VERSION:
             raise ValueError(f"{n}: recorder format version {doc.get('version')}; this hocc reads {VERSION}")
-        key = (str(doc["group"]), str(doc["device"]))
-        g = groups.setdefault(key, Group(key[0], key[1], int(doc["size"]), list(doc["global_ranks"]),
-                                         list(doc["hosts"])))
+        # a group is its name and members: a stale dump of another job's group of that name stays apart
+        key = (str(doc["group"]), str(doc["device"]), int(doc["size"]), tuple(doc["global_ranks"]))
+        g = groups.setdefault(key, Group(key[0], key[1], key[2], list(key[3]), list(doc["hosts"])))
         g.dumps[int(doc["rank"])] = doc
     if not groups:
         raise FileNotFoundError(f"no hocc recorder dumps (hocc-record JSON) in {directory}")
@@ -141,7 +141,7 @@ def skew(g: Group, seqs: list[int]) -> dict[str, Any]:
             prev = cs.get(s - 1)
             if prev is not None and prev["end_ns"] and prev["state"] == "ok":
                 gaps[r].append((cs[s]["start_ns"] - prev["end_ns"]) / 1e9)
-    ranks = []
+    ranks: list[dict[str, Any]] = []
     for r, v in late.items():
         ranks.append({"rank": r, "mean_late_s": statistics.fmean(v), "median_late_s": statistics.median(v),
                       "max_late_s": max(v), "last_in": sum(1 for c in per_call if c["latest"] == r),
@@ -164,7 +164,8 @@ def stages(g: Group, seqs: list[int]) -> list[dict[str, Any]]:
     out = []
     for (collective, stage, tier), per in sorted(tot.items()):
         vals = list(per.values())
-        out.append({"collective": collective, "stage": stage, "tier": tier, "seconds": dict(sorted(per.items())), "max_s": max(vals),
+        out.append({"collective": collective, "stage": stage, "tier": tier, "seconds": dict(sorted(per.items())),
+                    "max_s": max(vals),
                     "median_s": statistics.median(vals), "slowest": max(per, key=lambda r: per[r])})
     return out
 
@@ -193,26 +194,27 @@ def links(g: Group, seqs: list[int]) -> dict[str, Any]:
         if not posts:
             continue
         a, b = key[-2], key[-1]
-        for (post_b, done_b, nbytes), post_a in zip(recvs, posts):
+        for (post_b, done_b, nbytes), post_a in zip(recvs, posts, strict=False):
             if not nbytes:
                 continue
             acc = per[(a, b)]
             acc[0] += nbytes
             acc[1] += max(done_b - max(post_a, post_b), 0) / 1e9
             acc[2] += 1
-    rank_links = [{"from": a, "to": b, "tier": tier_of.get((a, b), "?"), "bytes": int(v[0]), "seconds": v[1],
-                   "exchanges": int(v[2]), "bytes_per_s": v[0] / v[1] if v[1] > 0 else float("inf")}
-                  for (a, b), v in per.items()]
+    rank_links: list[dict[str, Any]] = [
+        {"from": a, "to": b, "tier": tier_of.get((a, b), "?"), "bytes": int(v[0]), "seconds": v[1],
+         "exchanges": int(v[2]), "bytes_per_s": v[0] / v[1] if v[1] > 0 else float("inf")}
+        for (a, b), v in per.items()]
     host_pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for lk in rank_links:
         ha, hb = g.hosts[lk["from"]], g.hosts[lk["to"]]
         if ha != hb:
             host_pairs[(ha, hb)][0] += lk["bytes"]
             host_pairs[(ha, hb)][1] += lk["seconds"]
-    pairs = sorted(({"from": a, "to": b, "bytes": int(v[0]), "seconds": v[1],
+    pairs: list[dict[str, Any]] = sorted(({"from": a, "to": b, "bytes": int(v[0]), "seconds": v[1],
                      "bytes_per_s": v[0] / v[1] if v[1] > 0 else float("inf")} for (a, b), v in host_pairs.items()),
                    key=lambda x: x["bytes_per_s"])
-    hosts = []
+    hosts: list[dict[str, Any]] = []
     for h in sorted(set(g.hosts)):
         touching = [p for p in pairs if h in (p["from"], p["to"])]
         others = [p for p in pairs if h not in (p["from"], p["to"])]
@@ -254,7 +256,11 @@ def findings(g: Group, a: dict[str, Any]) -> list[dict[str, Any]]:
     """The named culprits, most certain first: {'kind', 'rank'|'host'|..., 'text'}."""
     found: list[dict[str, Any]] = []
     h = a["hang"]
-    if h is not None and h["never_began"]:
+    if h is not None and not h["waiting"] and h["no_dump"]:  # nobody is stuck: some dumps are just missing
+        found.append({"kind": "no_dump", "ranks": h["no_dump"],
+                      "text": f"no dump from ranks {h['no_dump']}; the others ended every call they began (the "
+                              f"latest #{h['seq']}): dump those ranks too (SIGUSR1, hocc.dump_record())"})
+    elif h is not None and h["never_began"]:
         waiting = [w["rank"] for w in h["waiting"]]
         for r in h["never_began"]:
             how = "it wrote no dump (stopped, dead, or hung outside hocc)" if r in h["no_dump"] else (
@@ -271,13 +277,14 @@ def findings(g: Group, a: dict[str, Any]) -> list[dict[str, Any]]:
         others_gap = [x["mean_gap_s"] for x in sk["ranks"][1:] if x["mean_gap_s"] is not None]
         gap, base_gap = top["mean_gap_s"], statistics.median(others_gap) if others_gap else None
         own = gap is not None and base_gap is not None and gap - base_gap >= (top["mean_late_s"] - base) / 2
-        if top["mean_late_s"] >= MIN_LATE_S and top["mean_late_s"] >= STANDOUT * max(base, 1e-4) and own:
+        if gap is not None and own and top["mean_late_s"] >= MIN_LATE_S and top["mean_late_s"] >= STANDOUT * max(
+                base, 1e-4):
             found.append({"kind": "late_rank", "rank": top["rank"],
                           "text": f"{g.who(top['rank'])} arrives late: {top['mean_late_s'] * 1e3:.1f} ms after the "
                                   f"first member on average (the others' median {base * 1e3:.1f} ms), last to begin "
                                   f"{top['last_in']} of {sk['calls']} calls. Its own work is slow, not its "
                                   f"collectives: it spends {gap * 1e3:.1f} ms outside hocc before a call, the others "
-                                  f"{base_gap * 1e3:.1f} ms"})
+                                  f"{(base_gap or 0.0) * 1e3:.1f} ms"})
     lk = a["links"]
     if lk and len(lk["hosts"]) >= 3:
         slow, rest = lk["hosts"][0], [x["best_bytes_per_s"] for x in lk["hosts"][1:]]
@@ -348,7 +355,8 @@ def render(analyses: list[dict[str, Any]], top: int = 5) -> str:
             lines.append("| collective | stage | tier | median s | max s | slowest rank |")
             lines.append("| --- | --- | --- | --- | --- | --- |")
             for s in a["stages"]:
-                lines.append(f"| {s['collective']} | {s['stage']} | {s['tier']} | {s['median_s']:.3f} | {s['max_s']:.3f} | "
+                lines.append(f"| {s['collective']} | {s['stage']} | {s['tier']} | {s['median_s']:.3f} | "
+                             f"{s['max_s']:.3f} | "
                              f"{s['slowest']} |")
         lk = a["links"]
         if lk and lk["host_pairs"]:

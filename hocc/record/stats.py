@@ -27,11 +27,14 @@ def engine_stats(engine: Any) -> dict[str, Any]:
     tiers = {name: {"bytes": t.bytes, "seconds": t.seconds, "steps": t.steps,
                     "bytes_per_s": t.bytes / t.seconds if t.seconds > 0 else 0.0}
              for name, t in sorted(rec.stats_totals().items())}
-    calls = list(rec.calls)
+    with rec.lock:
+        calls = list(rec.calls)
     out: dict[str, Any] = {"group": engine.info.name, "rank": engine.rank, "size": engine.size,
                            "calls": engine._seq, "recorded": len(calls),
                            "failed": sum(1 for c in calls if c.state == "failed"), "tiers": tiers}
-    out["skew"] = _arrival_skew(engine, list(rec.arrivals)[-ARRIVALS_KEPT:])
+    with rec.lock:
+        arrivals = list(rec.arrivals)[-ARRIVALS_KEPT:]
+    out["skew"] = _arrival_skew(engine, arrivals)
     return out
 
 

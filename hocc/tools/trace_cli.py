@@ -41,7 +41,7 @@ def run(a: argparse.Namespace) -> int:
     if a.plot:
         from hocc.record.plot import plot
 
-        for g, an in zip(groups, analyses):
+        for g, an in zip(groups, analyses, strict=True):
             path = a.plot if len(groups) == 1 else a.plot.replace(".png", f".{g.name}.png")
             plot(g, an, path)
             print(f"# wrote {path}")
