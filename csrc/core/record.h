@@ -40,7 +40,8 @@ struct ExchangeRecord {
 
 class RunRecord {
  public:
-  RunRecord() : begin_ns_(wall_ns()) {}
+  explicit RunRecord(int64_t seq = -1) : seq_(seq), begin_ns_(wall_ns()) {}
+  int64_t seq() const { return seq_; }  // the engine's call number (-1: not given)
   int32_t begin_step(int32_t step, int32_t group) {
     const int64_t now = wall_ns();
     std::lock_guard<std::mutex> lk(mu_);
@@ -78,6 +79,7 @@ class RunRecord {
 
  private:
   mutable std::mutex mu_;
+  const int64_t seq_;
   const int64_t begin_ns_;
   int64_t end_ns_ = 0;
   std::vector<StepRecord> steps_;

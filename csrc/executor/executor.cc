@@ -36,6 +36,22 @@ void* Executor::lane_stream(int stage) {
   return streams_[stage];
 }
 
+void Executor::set_record(size_t keep) {
+  std::lock_guard<std::mutex> lk(rec_mu_);
+  keep_ = keep;
+  while (runs_.size() > keep_) runs_.pop_front();
+}
+
+std::vector<std::shared_ptr<RunRecord>> Executor::records() const {
+  std::lock_guard<std::mutex> lk(rec_mu_);
+  return {runs_.begin(), runs_.end()};
+}
+
+std::shared_ptr<RunRecord> Executor::last_record() const {
+  std::lock_guard<std::mutex> lk(rec_mu_);
+  return runs_.empty() ? nullptr : runs_.back();
+}
+
 std::vector<StepTiming> Executor::take_timings() {
   std::vector<StepTiming> out;
   out.swap(timings_);
@@ -144,7 +160,7 @@ void Executor::run_group(const Step& s, const GroupSlice& gs, const Run& r, cons
 }
 
 void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, bool average, void* caller_stream,
-                   const CallId* call) {
+                   const CallId* call, int64_t seq) {
   if (plan.world != t_.size())
     throw Error("hocc: plan is for " + std::to_string(plan.world) + " ranks but the transport has " +
                 std::to_string(t_.size()));
@@ -155,10 +171,13 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (plan.work_at != WorkAt::none && n && !work) throw Error("hocc: the plan needs a work buffer and got none");
   if (plan.layout.block_elems && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
   std::shared_ptr<RunRecord> rec;
-  if (record_) {
-    rec = std::make_shared<RunRecord>();
+  {
     std::lock_guard<std::mutex> lk(rec_mu_);
-    last_ = rec;
+    if (keep_) {
+      rec = std::make_shared<RunRecord>(seq);
+      runs_.push_back(rec);
+      if (runs_.size() > keep_) runs_.pop_front();
+    }
   }
   Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op, plan.steps.data(),
         rec.get()};

@@ -17,6 +17,7 @@
 // is then aborted (Transport::abort) so that peers fail instead of waiting.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,8 +55,9 @@ class Executor {
   // caller_stream (CUDA) orders the run after the caller's work and the
   // caller's later work after the run
   // call: what every member must agree on (core/call.h; null: not checked)
+  // seq: the engine's call number, kept in the run's record (-1: none)
   void run(const Plan& plan, const Buffers& bufs, DType dtype, RedOp op, bool average,
-           void* caller_stream = nullptr, const CallId* call = nullptr);
+           void* caller_stream = nullptr, const CallId* call = nullptr, int64_t seq = -1);
   // For fault tests: in the next run, on reaching a step of `stage`, this rank
   // fails as `action` says: "raise" (an error here), "kill" (SIGKILL itself),
   // "stop" (SIGSTOP itself), "exit" (exits at once, as a crashing process) or
@@ -63,14 +65,13 @@ class Executor {
   void inject_fault(int stage, const std::string& action);
   void set_trace(bool on) { trace_ = on; }
   std::vector<StepTiming> take_timings();
-  // Flight recorder (core/record.h): on, each run notes when this rank began
-  // and ended each of its steps and ring exchanges. last_record() is the
-  // latest run's record, also while it runs (from any thread); null if none.
-  void set_record(bool on) { record_ = on; }
-  std::shared_ptr<RunRecord> last_record() const {
-    std::lock_guard<std::mutex> lk(rec_mu_);
-    return last_;
-  }
+  // Flight recorder (core/record.h): each run notes when this rank began and
+  // ended it and each of its steps and ring exchanges; the executor keeps the
+  // latest `keep` runs' records (0: records nothing), so the caller's path
+  // never handles them. Both calls are safe from any thread, while a run goes.
+  void set_record(size_t keep);
+  std::vector<std::shared_ptr<RunRecord>> records() const;  // oldest first
+  std::shared_ptr<RunRecord> last_record() const;
 
  private:
   struct Item {  // this rank's part of one step
@@ -92,9 +93,9 @@ class Executor {
   int fault_stage_ = -1;
   std::string fault_action_;
   std::vector<StepTiming> timings_;
-  bool record_ = true;
+  size_t keep_ = 0;
   mutable std::mutex rec_mu_;
-  std::shared_ptr<RunRecord> last_;
+  std::deque<std::shared_ptr<RunRecord>> runs_;
 };
 
 }  // namespace hocc

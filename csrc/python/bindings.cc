@@ -125,7 +125,10 @@ class InProcRunner {
  public:
   InProcRunner(int size, const std::string& device, double timeout_s)
       : device_(make_device(device)), world_(size, *device_, timeout_s) {
-    for (int r = 0; r < size; ++r) execs_.push_back(std::make_unique<Executor>(world_.rank(r)));
+    for (int r = 0; r < size; ++r) {
+      execs_.push_back(std::make_unique<Executor>(world_.rank(r)));
+      execs_.back()->set_record(1);  // last_record(rank): the latest run's
+    }
   }
 
   // one collective: rank r reads inputs[r], writes outputs[r], works in works[r];
@@ -228,7 +231,8 @@ PYBIND11_MODULE(_C, m) {
   // call: (seq, plan hash, count, collective, algo), what every member must agree on (core/call.h)
   using CallTuple = std::tuple<uint64_t, uint64_t, int64_t, std::string, std::string>;
   auto run = [](Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, uintptr_t work,
-                const std::string& dtype, const std::string& op, uintptr_t stream, std::optional<CallTuple> call) {
+                const std::string& dtype, const std::string& op, uintptr_t stream, std::optional<CallTuple> call,
+                int64_t seq) {
     DType t = parse_dtype(dtype);
     RedOp o = parse_op(op);
     std::optional<CallId> id;
@@ -237,13 +241,13 @@ PYBIND11_MODULE(_C, m) {
       id = make_call_id(seq, hash, count, collective, dtype, op, algo);
     }
     py::gil_scoped_release nogil;
-    e.run(plan, {ptr(input), ptr(output), ptr(work)}, t, o, op == "avg", ptr(stream), id ? &*id : nullptr);
+    e.run(plan, {ptr(input), ptr(output), ptr(work)}, t, o, op == "avg", ptr(stream), id ? &*id : nullptr, seq);
   };
   auto executor = py::class_<Executor>(m, "Executor", "runs plans for one rank over a transport (executor/executor.h)");
   executor
       .def(py::init([](GroupTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>())
       .def("run", run, py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"), py::arg("dtype"),
-           py::arg("op"), py::arg("stream") = 0, py::arg("call") = py::none())
+           py::arg("op"), py::arg("stream") = 0, py::arg("call") = py::none(), py::arg("seq") = -1)
       .def("set_trace", &Executor::set_trace)
       .def("inject_fault", &Executor::inject_fault, py::arg("stage"), py::arg("action"),
            "for fault tests: fail in the next run on reaching `stage` (raise, kill, stop or exit)")
@@ -252,11 +256,14 @@ PYBIND11_MODULE(_C, m) {
         for (const auto& x : e.take_timings()) out.emplace_back(x.stage, x.chunk, op_name(x.op), x.seconds);
         return out;
       }, "(stage, chunk, collective, seconds) of each step run since the last call, in trace mode")
-      .def("set_record", &Executor::set_record, py::arg("on"), "note each run's steps and exchanges (core/record.h)")
+      .def("set_record", &Executor::set_record, py::arg("keep"),
+           "keep the records of the latest `keep` runs (0: record nothing; core/record.h)")
+      .def("records", &Executor::records, "the kept RunRecords, oldest first (also while a run goes)")
       .def("last_record", &Executor::last_record, "the latest run's RunRecord (also while it runs), or None");
 
   py::class_<RunRecord, std::shared_ptr<RunRecord>>(m, "RunRecord",
                                                     "one run's steps and ring exchanges, as this rank ran them")
+      .def_property_readonly("seq", &RunRecord::seq)
       .def_property_readonly("begin_ns", &RunRecord::begin_ns)
       .def_property_readonly("end_ns", &RunRecord::end_ns, "0 while the run has not ended")
       .def("steps", [](const RunRecord& r) {
@@ -347,7 +354,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("timeout_s") = 600.0,
            py::arg("name") = "", py::arg("on_error") = int(OnError::abort))
       .def("run", [](NcclTransport& t, Executor& e, const Plan& plan, uintptr_t input, uintptr_t output,
-                     uintptr_t work, const std::string& dtype, const std::string& op, uintptr_t stream) {
+                     uintptr_t work, const std::string& dtype, const std::string& op, uintptr_t stream, int64_t seq) {
         DType dt = parse_dtype(dtype);
         RedOp o = parse_op(op);
         std::string what = std::string(op_name(plan.collective)) + " (" + dtype + ", " + op + "; " +
@@ -355,14 +362,14 @@ PYBIND11_MODULE(_C, m) {
         py::gil_scoped_release nogil;
         t.begin(ptr(stream), what);  // raises at once if aborted, or if the stream is being captured
         try {
-          e.run(plan, {ptr(input), ptr(output), ptr(work)}, dt, o, op == "avg", ptr(stream));
+          e.run(plan, {ptr(input), ptr(output), ptr(work)}, dt, o, op == "avg", ptr(stream), nullptr, seq);
         } catch (...) {
           t.end(ptr(stream), false);
           throw;
         }
         t.end(ptr(stream), true);
       }, py::arg("executor"), py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"),
-         py::arg("dtype"), py::arg("op"), py::arg("stream"),
+         py::arg("dtype"), py::arg("op"), py::arg("stream"), py::arg("seq") = -1,
          "Executor.run under the watchdog: the run is watched until it completes on `stream`")
       .def("wait", [](NcclTransport& t) {
         py::gil_scoped_release nogil;

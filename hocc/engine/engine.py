@@ -40,7 +40,7 @@ from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
 from hocc.record import dump as record_dump
-from hocc.record.recorder import CallRecord, Recorder
+from hocc.record.recorder import Recorder
 from hocc.topology import Topology, from_hostnames, parse_spec
 from hocc.topology.detect import from_host_reports, host_report
 
@@ -170,7 +170,6 @@ class Engine:
             self.comms = Communicators(info, prefix, self.transport, cfg.shm_piece_bytes, cfg.shm_wait)
         if self.executor is not None:
             self.executor.set_trace(cfg.trace)
-            self.executor.set_record(cfg.record > 0)
         self.recorder = Recorder(cfg.record, self._record_header, self.executor)
         self._record_dir = cfg.record_dir
         record_dump.register(self.recorder)
@@ -222,38 +221,36 @@ class Engine:
         self.last_plan = entry.plan
         dtype = dtype_name(inp.dtype)
         call = Call(self._seq, collective, count, dtype, reduce_op, entry.plan.algo, entry.hash)
-        rec = CallRecord(self._seq, collective, count, dtype, inp.element_size(), reduce_op, entry.plan)
-        self.recorder.made(rec)
+        if self.recorder.on:  # the flight recorder: what was called; the executor notes the run
+            self.recorder.made(self._seq, collective, count, dtype, inp.element_size(), reduce_op, entry.plan)
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, rec), [out], async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: str, rec: CallRecord) -> None:
+                 check: str) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, check, rec)
+            self._execute_checked(entry, inp, out, reduce_op, call, check)
 
     def _execute_checked(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         check: str, rec: CallRecord) -> None:
-        self.recorder.began(rec)
+                         check: str) -> None:
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
             self.watchdog.begin()
-            self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None)
-            self.recorder.ended(rec)
+            self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
         except Exception as e:
-            raise self._fail(call, entry.plan, e, rec) from e
+            raise self._fail(call, entry.plan, e) from e
         finally:
             self.watchdog.end()
 
     def _run_plan(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
-                  call: Call | None) -> None:
+                  call: Call | None, seq: int) -> None:
         plan = entry.plan
         if self.executor is None:
             _backend_call(self.info.inner, plan.collective, inp, out, reduce_op, self.size)
@@ -272,7 +269,7 @@ class Engine:
         stream = self.nccl.stream() if self.nccl is not None else 0
         dtype = dtype_name(inp.dtype)
         self.executor.run(entry.native, inp.data_ptr(), into, buf.data_ptr() if nbytes else 0, dtype, reduce_op,
-                          stream, call.native() if call is not None else None)
+                          stream, call.native() if call is not None else None, seq)
         if beside:
             load().reduce(out.data_ptr(), into, out.numel(), dtype, "copy")
         self._give_back(buf)
@@ -285,7 +282,7 @@ class Engine:
         glob = "" if ranks == list(range(self.size)) else f"; its ranks 0..{self.size - 1} are global ranks {ranks}"
         return f"group {self.info.name!r} (rank {self.rank} of {self.size}{glob})"
 
-    def _fail(self, call: Call, plan: Plan, e: Exception, rec: CallRecord | None = None) -> CollectiveError:
+    def _fail(self, call: Call, plan: Plan, e: Exception) -> CollectiveError:
         """Fail the group: remember why, abort the transport (peers blocked on
         this rank fail too), tell the group through the watchdog, and write
         the flight recorder's dump before the error reaches the caller."""
@@ -300,8 +297,8 @@ class Engine:
             self._abort_transport(msg)
             if self._peer_failure is None:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
-        if rec is not None:
-            self.recorder.ended(rec, why)
+        if self.recorder.on:
+            self.recorder.failed(call.seq, why)
             msg += self._dump_on_failure(f"failed: {call.describe()}: {why}")
         mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError

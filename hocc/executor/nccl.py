@@ -67,15 +67,24 @@ class WatchedExecutor:
         self._blocking = blocking
 
     def run(self, plan: Any, input: int, output: int, work: int, dtype: str, op: str, stream: int = 0,
-            call: Any = None) -> None:
+            call: Any = None, seq: int = -1) -> None:
         # `call` (the call id the CPU transports check at their first message) is not exchanged over
         # NCCL: a mismatched call there ends at the watchdog's deadline; HOCC_CHECK=1 catches it first
-        self._transport.run(self._ex, plan, input, output, work, dtype, op, stream)
+        self._transport.run(self._ex, plan, input, output, work, dtype, op, stream, seq)
         if self._blocking:
             self._transport.wait()
 
     def set_trace(self, on: bool) -> None:
         self._ex.set_trace(on)
+
+    def set_record(self, keep: int) -> None:
+        self._ex.set_record(keep)
+
+    def records(self) -> list[Any]:
+        return list(self._ex.records())
+
+    def last_record(self) -> Any:
+        return self._ex.last_record()
 
     def take_timings(self) -> list[tuple[int, int, str, float]]:
         return list(self._ex.take_timings())

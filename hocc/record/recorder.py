@@ -1,10 +1,11 @@
 """The flight recorder: each engine keeps its last N calls, as they ran.
 
-A call's record is made when the call is made (enqueue), marked when this rank
-begins it (its arrival at the collective) and when it ends, and holds the C++
-executor's RunRecord (csrc/core/record.h): when this rank began and ended each
-of its steps and ring exchanges. Nothing is serialized or converted on the
-call's path; a dump (hocc.record.dump) turns records into JSON.
+A call's record is made when the call is made (enqueue): what was called.
+The C++ executor keeps, per run and under the same call number, when this
+rank began it (its arrival at the collective) and ended it, and each of its
+steps and ring exchanges (csrc/core/record.h). So the caller's path appends
+one tuple; nothing is serialized or converted until a dump
+(hocc.record.dump) turns the two into JSON.
 
 All times are wall-clock nanoseconds (time.time_ns(), CLOCK_REALTIME in C++),
 so that dumps of ranks on several hosts merge into one timeline where the
@@ -17,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hocc.plan.types import Plan
 
@@ -37,63 +38,49 @@ def step_bytes(collective: str, members: int, seg: int, elem_size: int) -> int:
     return int(_SENT_PER_SEG[collective](members) * seg * elem_size)
 
 
-class CallRecord:
-    """One call on one rank. `run` is the executor's RunRecord (or None where
-    nothing ran in C++, e.g. a zero-size call); `plan` resolves its steps."""
+class CallRecord(NamedTuple):
+    """What the caller's side knows of one call: made when the call is made.
+    When this rank began and ended it, and its steps, are the executor's
+    RunRecord of the same `seq` (csrc/core/record.h): the caller's path
+    handles nothing more."""
 
-    __slots__ = (
-        "algo",
-        "collective",
-        "count",
-        "dtype",
-        "elem_size",
-        "end_ns",
-        "enqueue_ns",
-        "error",
-        "op",
-        "plan",
-        "run",
-        "seq",
-        "start_ns",
-        "state",
-    )
+    seq: int
+    collective: str
+    elems: int  # the call's count (tuple has a count())
+    dtype: str
+    elem_size: int
+    op: str
+    plan: Plan
+    enqueue_ns: int
 
-    def __init__(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan) -> None:
-        self.seq = seq
-        self.collective = collective
-        self.count = count
-        self.dtype = dtype
-        self.elem_size = elem_size
-        self.op = op
-        self.algo = plan.algo
-        self.plan = plan
-        self.enqueue_ns = time.time_ns()
-        self.start_ns = 0
-        self.end_ns = 0
-        self.state = "queued"  # queued -> running -> ok | failed
-        self.error = ""
-        self.run: Any = None
 
-    def to_dict(self, live_run: Any = None) -> dict[str, Any]:
-        """JSON-ready. `live_run`: the executor's record of this call while it
-        is still running (the call's own `run` is set only once it ends)."""
-        run = self.run if self.run is not None else live_run
-        steps: list[dict[str, Any]] = []
-        if run is not None:
-            plan_steps = self.plan.steps
-            for step_i, group_i, begin, end in run.steps():
-                st = plan_steps[step_i]
-                g = st.groups[group_i]
-                steps.append({"stage": st.stage, "chunk": st.chunk, "op": st.collective, "impl": st.impl,
-                              "tier": st.tier, "ranks": list(g.ranks),
-                              "bytes": step_bytes(st.collective, len(g.ranks), g.seg, self.elem_size),
-                              "begin_ns": begin, "end_ns": end, "exchanges": []})
-            for i, to, frm, post, done, end, sent, received in run.exchanges():
-                steps[i]["exchanges"].append([to, frm, post, done, end, sent, received])
-        return {"seq": self.seq, "collective": self.collective, "count": self.count, "dtype": self.dtype,
-                "op": self.op, "algo": self.algo, "plan": self.plan.summary(), "stages": self.plan.stages,
-                "chunks": self.plan.layout.chunks, "state": self.state, "error": self.error,
-                "enqueue_ns": self.enqueue_ns, "start_ns": self.start_ns, "end_ns": self.end_ns, "steps": steps}
+def call_dict(c: CallRecord, run: Any, failure: tuple[str, int] | None) -> dict[str, Any]:
+    """One call as JSON-ready data: the caller's record, the executor's (None if the run never began), and the
+    failure (error, ns) if the call failed."""
+    steps: list[dict[str, Any]] = []
+    if run is not None:
+        plan_steps = c.plan.steps
+        for step_i, group_i, begin, end in run.steps():
+            st = plan_steps[step_i]
+            g = st.groups[group_i]
+            steps.append({"stage": st.stage, "chunk": st.chunk, "op": st.collective, "impl": st.impl,
+                          "tier": st.tier, "ranks": list(g.ranks),
+                          "bytes": step_bytes(st.collective, len(g.ranks), g.seg, c.elem_size),
+                          "begin_ns": begin, "end_ns": end, "exchanges": []})
+        for i, to, frm, post, done, end, sent, received in run.exchanges():
+            steps[i]["exchanges"].append([to, frm, post, done, end, sent, received])
+    end_ns = run.end_ns if run is not None else 0
+    if failure is not None:
+        state = "failed"
+    elif run is None:
+        state = "queued"
+    else:
+        state = "ok" if end_ns else "running"
+    return {"seq": c.seq, "collective": c.collective, "count": c.elems, "dtype": c.dtype, "op": c.op,
+            "algo": c.plan.algo, "plan": c.plan.summary(), "stages": c.plan.stages, "chunks": c.plan.layout.chunks,
+            "state": state, "error": failure[0] if failure else "", "enqueue_ns": c.enqueue_ns,
+            "start_ns": run.begin_ns if run is not None else 0,
+            "end_ns": end_ns or (failure[1] if failure else 0), "steps": steps}
 
 
 @dataclass
@@ -107,78 +94,75 @@ class TierTotals:
 
 @dataclass(eq=False)  # hashable by identity: dump.py keeps live recorders in a WeakSet
 class Recorder:
-    """One engine's ring buffer of its latest `capacity` calls (0: records
-    nothing). `describe` gives the dump header: who this rank is, in which
-    group, on which hosts. `executor` gives the RunRecord of a call in flight."""
+    """One engine's record of its latest `capacity` calls (0: records
+    nothing): the caller's CallRecords here, the runs in the executor (which
+    keeps as many). `describe` gives the dump header: who this rank is, in
+    which group, on which hosts."""
 
     capacity: int
     describe: Any  # () -> dict for the dump header
-    executor: Any = None  # has last_record(), or None
-    calls: deque[CallRecord] = field(init=False)
+    executor: Any = None  # has records(), or None (then calls have no timings)
+    calls: deque[tuple[Any, ...]] = field(init=False)  # CallRecord fields, as plain tuples (see made)
+    failures: dict[int, tuple[str, int]] = field(default_factory=dict, init=False)  # seq -> (error, ns)
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     tiers: dict[str, TierTotals] = field(default_factory=dict, init=False)
-    arrivals: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=256), init=False)
-    counted: int = field(default=0, init=False)  # records folded into `tiers` (a call counts once)
+    counted: int = field(default=0, init=False)  # calls folded into `tiers` (each counts once)
 
     def __post_init__(self) -> None:
         self.calls = deque(maxlen=max(self.capacity, 1))
+        if self.executor is not None:
+            self.executor.set_record(self.capacity)
 
     @property
     def on(self) -> bool:
         return self.capacity > 0
 
-    def made(self, rec: CallRecord) -> None:
-        if self.capacity:
-            with self.lock:  # a dump may be copying the deque from another thread
-                self.calls.append(rec)  # the oldest falls out
+    # The call path: one tuple appended (deque.append and list(deque) each run
+    # under the GIL without releasing it, so a dump's copy never sees half of
+    # one); a failure adds an entry to `failures`.
+    def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan) -> None:
+        # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here
+        self.calls.append((seq, collective, count, dtype, elem_size, op, plan, time.time_ns()))
 
-    def began(self, rec: CallRecord) -> None:
-        rec.start_ns = time.time_ns()
-        rec.state = "running"
-        with self.lock:
-            self.arrivals.append((rec.seq, rec.start_ns))
+    def failed(self, seq: int, error: str) -> None:
+        self.failures[seq] = (error, time.time_ns())
 
-    def ended(self, rec: CallRecord, error: str = "") -> None:
-        rec.end_ns = time.time_ns()
-        rec.state = "failed" if error else "ok"
-        rec.error = error
-        ex = self.executor
-        if ex is not None:
-            run = ex.last_record()
-            # the executor's latest run is this call's only if it began after this call did
-            rec.run = run if run is not None and run.begin_ns >= rec.start_ns else None
+    def _runs(self) -> dict[int, Any]:
+        return {r.seq: r for r in self.executor.records()} if self.executor is not None else {}
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every kept call as JSON-ready dicts, oldest first (also while a call runs)."""
-        with self.lock:
-            calls = list(self.calls)
-        live = self.executor.last_record() if self.executor is not None else None
-        out = []
-        for rec in calls:
-            own_live = live if rec.state == "running" and live is not None and live.begin_ns >= rec.start_ns else None
-            out.append(rec.to_dict(own_live))
-        return out
+        calls = [CallRecord._make(c) for c in list(self.calls)]
+        runs = self._runs()
+        failures = dict(self.failures)
+        return [call_dict(c, runs.get(c.seq), failures.get(c.seq)) for c in calls]
+
+    def arrivals(self, last: int) -> list[tuple[int, int]]:
+        """(seq, ns) of when this rank began each of its latest `last` runs."""
+        runs = self.executor.records() if self.executor is not None else []
+        return [(r.seq, r.begin_ns) for r in runs[-last:]]
 
     def header(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "capacity": self.capacity, **self.describe()}
 
     def stats_totals(self) -> dict[str, TierTotals]:
-        """Per-tier totals over every ended call kept since the last look
+        """Per-tier totals over every ended run kept since the last look
         (folded in lazily, so the call path pays nothing for them)."""
         with self.lock:
-            fresh = [r for r in list(self.calls) if r.state in ("ok", "failed") and r.seq >= self.counted]
-            for rec in fresh:
-                self.counted = max(self.counted, rec.seq + 1)
-                if rec.run is None:
+            plans = {c[0]: CallRecord._make(c) for c in list(self.calls)}
+            for run in (self.executor.records() if self.executor is not None else []):
+                c = plans.get(run.seq)
+                if c is None or run.seq < self.counted or not run.end_ns:
                     continue
-                steps = rec.plan.steps
-                for step_i, group_i, begin, end in rec.run.steps():
+                self.counted = run.seq + 1
+                steps = c.plan.steps
+                for step_i, group_i, begin, end in run.steps():
                     if not end:
                         continue
                     st = steps[step_i]
                     g = st.groups[group_i]
                     t = self.tiers.setdefault(st.tier, TierTotals())
-                    t.bytes += step_bytes(st.collective, len(g.ranks), g.seg, rec.elem_size)
+                    t.bytes += step_bytes(st.collective, len(g.ranks), g.seg, c.elem_size)
                     t.seconds += (end - begin) / 1e9
                     t.steps += 1
             return dict(self.tiers)

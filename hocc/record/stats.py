@@ -27,14 +27,10 @@ def engine_stats(engine: Any) -> dict[str, Any]:
     tiers = {name: {"bytes": t.bytes, "seconds": t.seconds, "steps": t.steps,
                     "bytes_per_s": t.bytes / t.seconds if t.seconds > 0 else 0.0}
              for name, t in sorted(rec.stats_totals().items())}
-    with rec.lock:
-        calls = list(rec.calls)
     out: dict[str, Any] = {"group": engine.info.name, "rank": engine.rank, "size": engine.size,
-                           "calls": engine._seq, "recorded": len(calls),
-                           "failed": sum(1 for c in calls if c.state == "failed"), "tiers": tiers}
-    with rec.lock:
-        arrivals = list(rec.arrivals)[-ARRIVALS_KEPT:]
-    out["skew"] = _arrival_skew(engine, arrivals)
+                           "calls": engine._seq, "recorded": len(rec.calls), "failed": len(rec.failures),
+                           "tiers": tiers}
+    out["skew"] = _arrival_skew(engine, rec.arrivals(ARRIVALS_KEPT))
     return out
 
 
