@@ -29,12 +29,13 @@ WAYS = ("gloo", "hocc-native", "hocc-auto")
 # --record-ab: the same hocc calls on a copy of the world whose engine has the flight recorder off
 NO_RECORD = ("hocc-native/no-record", "hocc-auto/no-record")
 _no_record_group: Any = None
+_record_group: Any = None  # None: the world
 
 
 def _call(way: str, t: torch.Tensor, async_op: bool) -> object:
     if way == "gloo":
         return dist.all_reduce(t, async_op=async_op)
-    group = _no_record_group if way.endswith("/no-record") else None
+    group = _no_record_group if "/no-record" in way else _record_group
     algo = "native" if way.startswith("hocc-native") else "auto"
     return hocc.all_reduce(t, async_op=async_op, algo=algo, group=group)
 
@@ -53,18 +54,23 @@ def _measure(way: str, async_op: bool, calls: int, t: torch.Tensor) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, nbytes: int, record_ab: bool) -> None:
-    global _no_record_group
+def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, nbytes: int, record_ab: bool,
+          swap: bool) -> None:
+    global _no_record_group, _record_group
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     t = torch.ones(max(nbytes // 4, 1))
     ways = WAYS + (NO_RECORD if record_ab else ())
-    if record_ab:  # the copy's engine is made while the recorder is off, the world's after it is back on
-        _no_record_group = dist.new_group(list(range(world)))
+    if record_ab:  # the copy's engine is made with the recorder off, the world's with it on (--swap: the reverse)
+        copy = dist.new_group(list(range(world)))
         on = hocc.get_config().record
-        hocc.configure(record=0)
-        hocc.all_reduce(t, group=_no_record_group)
+        first, second = (on, 0) if swap else (0, on)
+        hocc.configure(record=first)
+        hocc.all_reduce(t, group=copy)
+        hocc.configure(record=second)
+        hocc.all_reduce(t)
         hocc.configure(record=on)
+        _record_group, _no_record_group = (copy, None) if swap else (None, copy)
     for way in ways:  # warm-up: engines, plans, communicators
         for a in (False, True):
             _measure(way, a, min(calls, 20), t)
@@ -77,7 +83,9 @@ def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, n
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     if rank == 0:
         res = dict(zip(times, (float(x) for x in med), strict=True))
-        print(f"# {t.numel() * 4}-byte all_reduce, {world} local CPU ranks, {calls} calls x {rounds} rounds, "
+        where = "" if not record_ab else ("; recorder on in a copy of the world, off in the world" if swap else
+                                          "; recorder on in the world, off in a copy of it")
+        print(f"# {t.numel() * 4}-byte all_reduce, {world} local CPU ranks, {calls} calls x {rounds} rounds{where}, "
               f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
               f"HOCC_TOPOLOGY={os.environ.get('HOCC_TOPOLOGY', 'unset')}")
         print(f"# {'way':<32} {'us/call':>10} {'x gloo':>8}" + (f" {'x recorder off':>15}" if record_ab else ""))
@@ -93,7 +101,8 @@ def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, n
             with open(out, "w") as f:
                 json.dump({"world": world, "calls": calls, "rounds": rounds, "bytes": t.numel() * 4,
                            "topology": os.environ.get("HOCC_TOPOLOGY"),
-                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "seconds_per_call": res}, f,
+                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "swap": swap,
+                           "seconds_per_call": res}, f,
                           indent=1)
     dist.destroy_process_group()
 
@@ -106,12 +115,15 @@ def main() -> None:
     p.add_argument("--json", default="")
     p.add_argument("--bytes", type=int, default=4, help="bytes per call (default 4; float32 elements)")
     p.add_argument("--record-ab", action="store_true",
-                   help="also time hocc's calls with the flight recorder off, interleaved in the same rounds")
+                   help="also time hocc's calls with the flight recorder off, interleaved in the same rounds "
+                        "(on: the world; off: a copy of it)")
+    p.add_argument("--swap", action="store_true", help="with --record-ab: the recorder on in the copy, off in the "
+                                                        "world (to tell the recorder from the group)")
     a = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(a.nprocs, port, a.calls, a.rounds, a.json, a.bytes, a.record_ab), nprocs=a.nprocs,
+    mp.spawn(_rank, args=(a.nprocs, port, a.calls, a.rounds, a.json, a.bytes, a.record_ab, a.swap), nprocs=a.nprocs,
              join=True)
 
 

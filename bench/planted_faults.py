@@ -3,8 +3,8 @@
 rank's flight-recorder dump for `hocc trace` to name the fault.
 
 Faults (the victim is a rank, or for slow-nic a host the emulator shapes):
-  busy      the victim's compute between calls is a busy loop `--slow` times
-            the others' (a straggler: a slower core, a busy neighbour)
+  busy      every rank computes (a busy loop) before each call, the victim
+            6 times as long (a straggler: a slower core, a busy neighbour)
   stop      the victim stops itself (SIGSTOP) before call `calls // 2`; the
             others' call fails at the group's timeout and each writes its dump
             before the error reaches it. Rank 0 then copies the dumps aside
@@ -12,8 +12,9 @@ Faults (the victim is a rank, or for slow-nic a host the emulator shapes):
   slow-nic  nothing here: bench/cluster.py shapes one host's NIC slower
             (--host-rate); needs 3 hosts or more to tell which host it is
 
-Each call alternates ho_ring all_gather and reduce_scatter (their rail stage
-runs as a ring, whose exchanges the recorder times per link) and all_reduce.
+Each loop turn makes three calls: ho_ring all_gather and reduce_scatter
+(their rail stage runs as a ring, whose exchanges the recorder times per
+link) and all_reduce.
 
 On the emulated cluster (root), ranks in torchrun's environment:
     bench/cluster.py 4x2 --host-rate 2=50mbit --script bench/planted_faults.py -- --fault slow-nic --dir D
@@ -50,14 +51,17 @@ def rank_main(rank: int, world: int, fault: str, directory: str, calls: int = 12
     gathered = torch.empty(elems * world)
     out = torch.empty(elems)
     stop_at = calls // 2
+    work = compute_s * (slow if fault == "busy" and rank == victim else 1.0)
     for i in range(calls):
-        spin(compute_s * (slow if fault == "busy" and rank == victim else 1.0))
         if fault == "stop" and rank == victim and i == stop_at:
             store.set("planted/victim_pid", str(os.getpid()))
             os.kill(os.getpid(), signal.SIGSTOP)
-        try:
+        try:  # some compute before each collective, as in a training step
+            spin(work)
             hocc.all_gather_single(gathered, x, algo="ho_ring")
+            spin(work)
             hocc.reduce_scatter_single(out, gathered, algo="ho_ring")
+            spin(work)
             hocc.all_reduce(x, algo="ho_ring")
         except hocc.CollectiveError as e:
             if fault != "stop":

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -221,24 +222,28 @@ class Engine:
         self.last_plan = entry.plan
         dtype = dtype_name(inp.dtype)
         call = Call(self._seq, collective, count, dtype, reduce_op, entry.plan.algo, entry.hash)
-        if self.recorder.on:  # the flight recorder: what was called; the executor notes the run
-            self.recorder.made(self._seq, collective, count, dtype, inp.element_size(), reduce_op, entry.plan)
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check), [out], async_op)
+        made = time.time_ns() if self.recorder.on else 0  # the flight recorder's enqueue time
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, made), [out], async_op)
 
     def _execute(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: str) -> None:
+                 check: str, made: int) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, check)
+            self._execute_checked(entry, inp, out, reduce_op, call, check, made)
 
     def _execute_checked(self, entry: _Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         check: str) -> None:
+                         check: str, made: int) -> None:
+        # the flight recorder notes what was called here, on the worker (an async caller's thread then does
+        # nothing more: its GIL time is what the worker waits for); the executor notes the run
+        if made:
+            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
+                               entry.plan, made)
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
@@ -480,6 +485,8 @@ class Engine:
         with self._lock:
             self._idle.wait_for(lambda: self._busy == 0)
             comms, self.comms = self.comms, None
+            self.recorder.detach()  # its records stay readable; the executor (and the transport it holds) goes
+            record_dump.unregister(self.recorder)
             self.executor = self.transport = self.nccl = None
             self.info = dataclasses.replace(self.info, inner=None)
             self._spare = None

@@ -69,6 +69,12 @@ def register(rec: Recorder) -> None:
     _install_signal()
 
 
+def unregister(rec: Recorder) -> None:
+    """A closed engine's recorder: no longer dumped on SIGUSR1 (its group's
+    next engine writes to the same file)."""
+    _recorders.discard(rec)
+
+
 def dump_all(reason: str, directory: str | None = None) -> list[str]:
     """Dump every live recorder of this process; returns the paths written."""
     from hocc.config import get_config

@@ -107,6 +107,7 @@ class Recorder:
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     tiers: dict[str, TierTotals] = field(default_factory=dict, init=False)
     counted: int = field(default=0, init=False)  # calls folded into `tiers` (each counts once)
+    kept: list[Any] = field(default_factory=list, init=False)  # the runs' records once detached
 
     def __post_init__(self) -> None:
         self.calls = deque(maxlen=max(self.capacity, 1))
@@ -117,18 +118,31 @@ class Recorder:
     def on(self) -> bool:
         return self.capacity > 0
 
-    # The call path: one tuple appended (deque.append and list(deque) each run
-    # under the GIL without releasing it, so a dump's copy never sees half of
-    # one); a failure adds an entry to `failures`.
-    def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan) -> None:
+    # The call path: one tuple appended when the call runs (deque.append and
+    # list(deque) each run under the GIL without releasing it, so a dump's
+    # copy never sees half of one); a failure adds an entry to `failures`.
+    # A call still queued behind others (async) is not in `calls` yet.
+    def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan,
+             enqueue_ns: int) -> None:
         # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here
-        self.calls.append((seq, collective, count, dtype, elem_size, op, plan, time.time_ns()))
+        self.calls.append((seq, collective, count, dtype, elem_size, op, plan, enqueue_ns))
 
     def failed(self, seq: int, error: str) -> None:
         self.failures[seq] = (error, time.time_ns())
 
+    def detach(self) -> None:
+        """Keep the executor's records, and drop the executor: a closed engine's
+        must go (it holds the transport, whose gloo groups hold threads and
+        sockets until their last reference goes)."""
+        if self.executor is not None:
+            self.kept = list(self.executor.records())
+            self.executor = None
+
+    def _records(self) -> list[Any]:
+        return list(self.executor.records()) if self.executor is not None else self.kept
+
     def _runs(self) -> dict[int, Any]:
-        return {r.seq: r for r in self.executor.records()} if self.executor is not None else {}
+        return {r.seq: r for r in self._records()}
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every kept call as JSON-ready dicts, oldest first (also while a call runs)."""
@@ -139,8 +153,7 @@ class Recorder:
 
     def arrivals(self, last: int) -> list[tuple[int, int]]:
         """(seq, ns) of when this rank began each of its latest `last` runs."""
-        runs = self.executor.records() if self.executor is not None else []
-        return [(r.seq, r.begin_ns) for r in runs[-last:]]
+        return [(r.seq, r.begin_ns) for r in self._records()[-last:]]
 
     def header(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "capacity": self.capacity, **self.describe()}
@@ -150,7 +163,7 @@ class Recorder:
         (folded in lazily, so the call path pays nothing for them)."""
         with self.lock:
             plans = {c[0]: CallRecord._make(c) for c in list(self.calls)}
-            for run in (self.executor.records() if self.executor is not None else []):
+            for run in self._records():
                 c = plans.get(run.seq)
                 if c is None or run.seq < self.counted or not run.end_ns:
                     continue

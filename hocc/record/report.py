@@ -318,8 +318,10 @@ def _mbit(bps: float | None) -> str:
 def render(analyses: list[dict[str, Any]], top: int = 5) -> str:
     lines: list[str] = []
     for a in analyses:
+        why = [r if len(r) <= 160 else r[:157] + "..." for r in a["reasons"]]
         lines.append(f"# group {a['group']!r} ({a['device']}), {a['size']} ranks; dumps from {len(a['dumps'])}: "
-                     f"{a['dumps']}; why dumped: {', '.join(a['reasons'])}")
+                     f"{a['dumps']}; why dumped ({len(why)} reasons): " + "; ".join(why[:3])
+                     + ("; ..." if len(why) > 3 else ""))
         lines.append("## findings")
         lines += [f"- {f['text']}" for f in a["findings"]] or ["- nothing stands out"]
         h = a["hang"]
