@@ -2,13 +2,13 @@
 # The three planted faults of bench/planted_faults.py on the emulated 4x2
 # cluster (root; bench/cluster.py), each read by `hocc trace` from the dumps
 # alone: the report (markdown), the analysis (JSON) and the timelines (PNG)
-# go to bench/results/recorder/ (or $1).
+# go to bench/results/recorder/ (or $1). FAULTS="stop" runs only those named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench/results/recorder}
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
-for fault in busy stop slow-nic; do
+for fault in ${FAULTS:-busy stop slow-nic}; do
   dir=$(mktemp -d)
   extra=()
   if [ "$fault" = slow-nic ]; then extra=(--host-rate 2=50mbit); fi

@@ -1,8 +1,9 @@
 """Per-rank timelines of the worst calls, as a PNG (`hocc trace DIR --plot F.png`).
 
 One panel per call (the ones with the most arrival skew, or the stuck call):
-a row per rank, a bar per step coloured by tier, a tick where the rank began
-the call; time from the first member's arrival."""
+a row per rank, a bar per step coloured by tier (pale: it never ended; drawn
+up to the call's failure, or the dump), a tick where the rank began the
+call; time from the first member's arrival."""
 
 from __future__ import annotations
 
@@ -42,9 +43,11 @@ def plot(g: Group, analysis: dict[str, Any], path: str, calls: int = 3) -> None:
                 continue
             title = f"call #{seq}: {c['collective']} {c['count']} {c['dtype']} ({c['algo']})"
             ax.plot([(c["start_ns"] - t0) / 1e6] * 2, [r - 0.4, r + 0.4], color="black", lw=1)
+            # a step that did not end ran until the call failed, or until the dump if it still runs
+            until = c["end_ns"] or g.dumps[r]["dumped_ns"]
             for st in c["steps"]:
                 colour = tiers.setdefault(st["tier"], _COLOURS[len(tiers) % len(_COLOURS)])
-                end = st["end_ns"] or max(x["end_ns"] or x["begin_ns"] for x in c["steps"])
+                end = st["end_ns"] or until
                 ax.barh(r, max((end - st["begin_ns"]) / 1e6, 0.01), left=(st["begin_ns"] - t0) / 1e6, height=0.6,
                         color=colour, alpha=0.8 if st["end_ns"] else 0.3, edgecolor="none")
         ax.set_yticks(range(g.size), [f"rank {r} ({g.hosts[r]})" for r in range(g.size)], fontsize=8)
