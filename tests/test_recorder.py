@@ -228,3 +228,25 @@ def test_a_missing_dump_without_a_stuck_call(tmp_path: Path) -> None:
     assert h is not None and h["no_dump"] == [2] and h["never_began"] == [2] and h["waiting"] == [], h
     assert a["skew"] is None and a["complete_calls"] == 0
     assert [(f["kind"], f["ranks"]) for f in a["findings"]] == [("no_dump", [2])], a["findings"]
+
+
+def _backend_stats(rank: int, world: int) -> None:
+    import torch.distributed as dist
+
+    import hocc
+
+    t = torch.ones(4096)
+    for _ in range(3):
+        dist.all_reduce(t)  # through the "hocc" backend's engine
+    world_group = dist.group.WORLD
+    assert isinstance(world_group, hocc.HoccProcessGroup)  # the "hocc" backend's groups are its own objects
+    s = world_group.stats()
+    assert s["calls"] == 3 and s["recorded"] == 3 and s["failed"] == 0, s
+    assert s["tiers"] and all(v["bytes"] > 0 and v["seconds"] > 0 for v in s["tiers"].values()), s
+    assert rank in s["skew"]["members"]
+    with pytest.raises(hocc.HoccError, match="no hocc call on cpu tensors has run on this group yet"):
+        hocc.stats(dist.new_group([0, 1]))
+
+
+def test_backend_exposes_stats() -> None:
+    run_world(2, _backend_stats, env={"HOCC_TOPOLOGY": "2"}, backend="hocc")

@@ -118,7 +118,7 @@ class HoccProcessGroup(dist.ProcessGroup):
 
     def stats(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """hocc.stats for this group: per-tier throughput and arrival skew of
-        its planned calls (dist.group.WORLD._get_backend(device).stats())."""
+        its planned calls (e.g. dist.group.WORLD.stats() under init_process_group("hocc"))."""
         from hocc.api.record import stats
 
         return stats(self, device)
