@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from hocc.paro.memory import scope_elems
 from hocc.paro.strategy import Collective, Strategy, parse
-from hocc.plan.cost import CostParams
+from hocc.plan.cost import CostParams, ring_volume
 from hocc.plan.planner import PlannerConfig, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
 from hocc.topology import Link, Topology
@@ -90,15 +90,6 @@ def _shared(topo: Topology, ways: int, cfg: PlannerConfig) -> tuple[Topology, Pl
                            max_chunk_bytes=int(links.nic.bandwidth * 0.1) if cfg.max_chunk_bytes else None)
 
 
-def _volumes(op: str, n: int, count: int) -> tuple[float, int]:
-    """Elements a rank sends and rounds, for a ring over n members."""
-    if n < 2:
-        return 0.0, 0
-    if op == "all_reduce":
-        return 2 * (n - 1) / n * count, 2 * (n - 1)
-    return float((n - 1) * count), n - 1
-
-
 def _count(c: Collective, numel: int, world: int, group: int) -> int:
     """hocc's count for the call: all_reduce its tensor, reduce_scatter its
     output, all_gather its input."""
@@ -127,18 +118,18 @@ def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: i
         preds = predict_all(c.op, count, elem_size, sub, scfg)
         pick = choose(preds, scfg, c.op)
         if c.where == "host":
-            intra, ir = _volumes(c.op, group, count)
+            intra, ir = ring_volume(c.op, group, count)
             inter, er = 0.0, 0
         elif c.where == "rail":
             intra, ir = 0.0, 0
-            inter, er = _volumes(c.op, n_hosts, count)
+            inter, er = ring_volume(c.op, n_hosts, count)
         else:  # hierarchical: host stage on the whole buffer, rail stage on a host's share
             if c.op == "all_reduce":
-                intra, ir = _volumes("reduce_scatter", group, count // group)
+                intra, ir = ring_volume("reduce_scatter", group, count // group)
                 intra, ir = 2 * intra, 2 * ir
-                inter, er = _volumes("all_reduce", n_hosts, count // group)
+                inter, er = ring_volume("all_reduce", n_hosts, count // group)
             else:
-                intra, ir = _volumes(c.op, group, count * n_hosts)
-                inter, er = _volumes(c.op, n_hosts, count)
+                intra, ir = ring_volume(c.op, group, count * n_hosts)
+                inter, er = ring_volume(c.op, n_hosts, count)
         out.items.append(Priced(c, count, pick, preds[pick].seconds, intra * elem_size, inter * elem_size, ir, er))
     return out

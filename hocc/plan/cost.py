@@ -374,6 +374,18 @@ def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | Non
     return compile_plan(plan, topo, elem_size).evaluate(topo.links, params or CostParams())
 
 
+def ring_volume(collective: str, n: int, count: int) -> tuple[float, int]:
+    """What each member of a ring over n members sends, in elements, and in how
+    many rounds: all_reduce of `count` elements 2(n-1)/n * count in 2(n-1);
+    reduce_scatter and all_gather of `count`-element segments (n-1) * count in
+    n-1. Alone: nothing."""
+    if n < 2:
+        return 0.0, 0
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n * count, 2 * (n - 1)
+    return float((n - 1) * count), n - 1
+
+
 def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
     """The least time the shaped links allow (HO-RING.md's byte counts): over N
     > 1 hosts, each host NIC carries 2(N-1)/N * S for all-reduce, else

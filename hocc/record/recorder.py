@@ -20,22 +20,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from hocc.plan.cost import ring_volume
 from hocc.plan.types import Plan
 
 FORMAT = "hocc-record"
 VERSION = 1
 
-# The step's bytes sent per member, in elements of its segment (ring accounting:
-# what each member puts on its link whatever the transport does inside).
-_SENT_PER_SEG = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: n - 1,
-                 "all_gather": lambda n: n - 1}
-
-
 def step_bytes(collective: str, members: int, seg: int, elem_size: int) -> int:
-    """Bytes one member of a step's group sends (0 alone)."""
-    if members < 2:
-        return 0
-    return int(_SENT_PER_SEG[collective](members) * seg * elem_size)
+    """Bytes one member of a step's group sends (ring accounting: what each
+    member puts on its link whatever the transport does inside; 0 alone)."""
+    return int(ring_volume(collective, members, seg)[0] * elem_size)
 
 
 class CallRecord(NamedTuple):
