@@ -258,8 +258,7 @@ PYBIND11_MODULE(_C, m) {
       }, "(stage, chunk, collective, seconds) of each step run since the last call, in trace mode")
       .def("set_record", &Executor::set_record, py::arg("keep"),
            "keep the records of the latest `keep` runs (0: record nothing; core/record.h)")
-      .def("records", &Executor::records, "the kept RunRecords, oldest first (also while a run goes)")
-      .def("last_record", &Executor::last_record, "the latest run's RunRecord (also while it runs), or None");
+      .def("records", &Executor::records, "the kept RunRecords, oldest first (also while a run goes)");
 
   py::class_<RunRecord, std::shared_ptr<RunRecord>>(m, "RunRecord",
                                                     "one run's steps and ring exchanges, as this rank ran them")

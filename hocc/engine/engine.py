@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import re
 import socket
 import threading
@@ -171,7 +170,8 @@ class Engine:
             self.comms = Communicators(info, prefix, self.transport, cfg.shm_piece_bytes, cfg.shm_wait)
         if self.executor is not None:
             self.executor.set_trace(cfg.trace)
-        self.recorder = Recorder(cfg.record, self._record_header, self.executor)
+        self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
+                                 self.executor)
         self._record_dir = cfg.record_dir
         record_dump.register(self.recorder)
         self._peer_failure: str | None = None
@@ -304,31 +304,10 @@ class Engine:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
         if self.recorder.on:
             self.recorder.failed(call.seq, why)
-            msg += self._dump_on_failure(f"failed: {call.describe()}: {why}")
+            msg += record_dump.on_failure(self.recorder, f"failed: {call.describe()}: {why}", self._record_dir)
         mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
-
-    def _dump_on_failure(self, reason: str) -> str:
-        """Write this engine's recorder out; the sentence the error gets about it."""
-        if not self.recorder.on:
-            return ""
-        try:
-            path = record_dump.write(self.recorder, reason, record_dump.record_dir(self._record_dir))
-        except Exception as e:  # noqa: BLE001 - the collective's error matters more than its dump's
-            log.warning("hocc: could not write the flight recorder's dump: %s", e)
-            return ""
-        return f". This rank's flight recorder is in {path} (read every rank's with: hocc trace DIR)"
-
-    def _record_header(self) -> dict[str, Any]:
-        """Who this recorder belongs to, for its dumps (hocc/record/dump.py)."""
-        info = self.info
-        glob = dist.get_rank() if dist.is_initialized() else info.global_ranks[info.rank]
-        topo = self.topology
-        return {"rank": info.rank, "global_rank": glob, "group": info.name, "size": info.size,
-                "global_ranks": list(info.global_ranks), "device": self.device.type, "hostname": socket.gethostname(),
-                "pid": os.getpid(), "hosts": [topo.host_of(r) for r in range(topo.world_size)],
-                "switches": [topo.switch_of(r) for r in range(topo.world_size)]}
 
     def _failed_earlier(self, collective: str) -> CollectiveError:
         return CollectiveError(f"hocc: {collective} on {self._where()}: the group failed earlier and cannot be "

@@ -83,9 +83,6 @@ class WatchedExecutor:
     def records(self) -> list[Any]:
         return list(self._ex.records())
 
-    def last_record(self) -> Any:
-        return self._ex.last_record()
-
     def take_timings(self) -> list[tuple[int, int, str, float]]:
         return list(self._ex.take_timings())
 

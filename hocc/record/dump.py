@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -58,6 +59,28 @@ def write(rec: Recorder, reason: str, directory: str) -> str:
         json.dump(doc, f, separators=(",", ":"))
     os.replace(tmp, path)  # readers never see half a file
     return path
+
+
+def header(info: Any, device: Any, topology: Any) -> dict[str, Any]:
+    """Who a recorder belongs to, for its dumps: an engine's GroupInfo, device and topology."""
+    import torch.distributed as dist
+
+    glob = dist.get_rank() if dist.is_initialized() else info.global_ranks[info.rank]
+    ranks = range(topology.world_size)
+    return {"rank": info.rank, "global_rank": glob, "group": info.name, "size": info.size,
+            "global_ranks": list(info.global_ranks), "device": device.type, "hostname": socket.gethostname(),
+            "pid": os.getpid(), "hosts": [topology.host_of(r) for r in ranks],
+            "switches": [topology.switch_of(r) for r in ranks]}
+
+
+def on_failure(rec: Recorder, reason: str, configured_dir: str | None) -> str:
+    """Write `rec` out after a failed call; the sentence its error gets about the dump ('' if it could not)."""
+    try:
+        path = write(rec, reason, record_dir(configured_dir))
+    except Exception as e:  # noqa: BLE001 - the collective's error matters more than its dump's
+        log.warning("hocc: could not write the flight recorder's dump: %s", e)
+        return ""
+    return f". This rank's flight recorder is in {path} (read every rank's with: hocc trace DIR)"
 
 
 def register(rec: Recorder) -> None:
