@@ -1,10 +1,14 @@
-"""PaRO-DP on a spawned 2x4 gloo world: every strategy, trained with gradient
-accumulation, ends where DDP ends (SGD with momentum and AdamW); each
-strategy's collectives are those its schedule lists; the measured storage of
-every state equals the memory model's prediction. Strategy parsing and
-rejection without ranks."""
+"""PaRO-DP under the usual training loop, on a spawned 2x4 gloo world: a
+model wrapped unit by unit (paro_shard on each block, then the root) and
+trained with loss.backward(), optimizer.step(), zero_grad() and no_sync
+accumulation ends where DDP ends, for all 14 strategies with AdamW (two
+parameter groups) and SGD with momentum; each strategy's collectives are
+those its schedule lists; clipping, mixed precision, frozen parameters and
+buffers match DDP doing the same. Strategy parsing without ranks."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -12,15 +16,37 @@ import torch.distributed as dist
 from torch import nn
 
 from hocc.paro import PAPER_STRATEGIES, all_strategies, parse
-from hocc.paro.memory import StateBytes, memory_per_rank
 from tests.worlds import run_world
 
 STEPS, ACCUM = 3, 3
+TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
-def _model() -> nn.Module:
-    torch.manual_seed(0)  # 7*13+13+13*5+5 = 174 parameters: not a multiple of 8, so shards are padded
-    return nn.Sequential(nn.Linear(7, 13), nn.Tanh(), nn.Linear(13, 5))
+class Block(nn.Module):
+    def __init__(self, n_in: int, n_out: int, norm: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(n_in, n_out)
+        self.norm = nn.BatchNorm1d(n_out) if norm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.lin(x))
+        return self.norm(x) if self.norm is not None else x
+
+
+class Net(nn.Module):
+    """Three blocks and a head the root owns; 7*13+13 + 13*11+11 + 11*9+9 + 9*5+5 parameters, not a
+    multiple of 8, so every unit's shards are padded."""
+
+    def __init__(self, norm: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([Block(7, 13), Block(13, 11, norm), Block(11, 9)])
+        self.head = nn.Linear(9, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
 
 
 def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -28,126 +54,155 @@ def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.randn(4, 7, generator=gen), torch.randn(4, 5, generator=gen)) for _ in range(STEPS * ACCUM)]
 
 
-OPTIMIZERS = {
-    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
-    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+def _adamw(model: nn.Module) -> torch.optim.Optimizer:
+    """Two parameter groups by name: no weight decay on biases."""
+    decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
+    rest = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=0.01)
+
+
+OPTIMIZERS: dict[str, Callable[[nn.Module], torch.optim.Optimizer]] = {
+    "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+    "adamw": _adamw,
 }
 
 
-def _ddp_reference(rank: int, opt: str) -> torch.Tensor:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    model = DDP(_model())
-    optim = OPTIMIZERS[opt](list(model.parameters()))
+def train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, clip: float | None = None,
+          dtype: torch.dtype = torch.float32) -> list[float]:
+    """The usual loop, accumulation under no_sync; returns each step's clipped norm (if clip)."""
+    norms = []
     batches = _batches(rank)
     for s in range(STEPS):
         for m in range(ACCUM):
             x, y = batches[s * ACCUM + m]
             if m < ACCUM - 1:
-                with model.no_sync():
-                    nn.functional.mse_loss(model(x), y).backward()
+                with model.no_sync():  # type: ignore[operator]
+                    nn.functional.mse_loss(model(x.to(dtype)).float(), y).backward()
             else:
-                nn.functional.mse_loss(model(x), y).backward()
-        optim.step()
-        optim.zero_grad()
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+                nn.functional.mse_loss(model(x.to(dtype)).float(), y).backward()
+        if clip is not None:
+            if hasattr(model, "clip_grad_norm_"):
+                norms.append(float(model.clip_grad_norm_(clip)))
+            else:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+        opt.zero_grad()
+    return norms
 
 
-def _expected_trace(strategy: str, numel: int, world: int, hosts: int) -> list[tuple[str, str, str, str, int]]:
-    """The calls the schedule lists, with the elements each sends in."""
-    block = -(-numel // world)
-    size = {"N": block * world, "I": block * hosts, "G": block}
-    per_step: list[tuple[str, str, str, str, int]] = []
+def ddp_run(rank: int, opt: str, clip: float | None = None, freeze: bool = False,
+            norm: bool = False) -> tuple[dict[str, torch.Tensor], list[float]]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = Net(norm)
+    if freeze:
+        net.blocks[0].requires_grad_(False)
+    model = DDP(net)
+    norms = train(model, OPTIMIZERS[opt](model), rank, clip)
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}, norms
+
+
+def wrap(strategy: str, norm: bool = False, freeze: bool = False, **kw: object) -> nn.Module:
+    from hocc.paro import paro_shard
+
+    net = Net(norm)
+    if freeze:
+        net.blocks[0].requires_grad_(False)
+    for b in net.blocks:
+        paro_shard(b, strategy, **kw)  # type: ignore[arg-type]
+    return paro_shard(net, strategy, **kw)  # type: ignore[arg-type]
+
+
+def check_close(rank: int, what: str, model: nn.Module, want: dict[str, torch.Tensor], **tol: float) -> None:
+    got = model.paro_state_dict()  # type: ignore[operator]
+    assert set(got) == set(want), (sorted(got), sorted(want))
+    for k, v in want.items():
+        if not torch.allclose(got[k].float(), v.float(), **(tol or TOL)):  # type: ignore[arg-type]
+            diff = (got[k].float() - v.float()).abs().max().item()
+            raise AssertionError(f"rank {rank} {what}: {k} differs from DDP's by {diff}")
+
+
+def expected_calls(strategy: str, units: int) -> list[tuple[str, str, str, str]]:
+    """What STEPS optimizer steps of `units` units run, by the schedule: (op, where, when, state).
+    Parameters sharded are gathered for forward and again for backward, but the root's stay gathered
+    between the two; the step's o -> p gather runs at the next step's first forward: the last one never ran."""
     sched = parse(strategy).schedule()
-    for _ in range(ACCUM):
-        per_step += [(c.op, c.where, c.when, c.state, size[c.src]) for c in sched if c.when == "micro"]
-    per_step += [(c.op, c.where, c.when, c.state, size[c.src]) for c in sched if c.when == "step"]
-    return per_step * STEPS
+    per = {k: [(c.op, c.where, c.when, c.state) for c in sched if (c.when, c.state == "params") == k]
+           for k in [("micro", True), ("micro", False), ("step", True), ("step", False)]}
+    n = ACCUM * STEPS
+    return sorted(per["micro", True] * n * (2 * units - 1) + per["micro", False] * n * units
+                  + per["step", False] * STEPS * units + per["step", True] * (STEPS - 1) * units)
 
 
-def _train_all(rank: int, world: int) -> None:
-    from hocc.paro import ParoDP
-
-    groups = None
-    hosts = 2
+def _every_strategy(rank: int, world: int) -> None:
     for opt in OPTIMIZERS:
-        want = _ddp_reference(rank, opt)
+        want, _ = ddp_run(rank, opt)
         for strat in all_strategies():
-            dp = ParoDP(_model(), strat, OPTIMIZERS[opt], groups=groups)
-            groups = dp.groups
-            assert groups.n_groups == hosts and groups.group_size == 4, (groups.hosts, groups.rails)
-            batches = _batches(rank)
-            for s in range(STEPS):
-                for m in range(ACCUM):
-                    x, y = batches[s * ACCUM + m]
-                    dp.backward(nn.functional.mse_loss(dp(x), y))
-                dp.step()
-                if s == 0 and opt == "adamw":
-                    got = dp.storage_bytes()
-                    pred = memory_per_rank(strat, dp.numel, world, 4, StateBytes(4, 4, 12))
-                    assert got == pred.as_dict(), f"{strat}: measured {got}, model {pred.as_dict()}"
-            got = dp.full_parameters()
-            if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-                diff = (got - want).abs().max().item()
-                raise AssertionError(f"rank {rank} {strat} {opt}: parameters differ from DDP's by {diff}")
-            assert dp.trace == _expected_trace(strat.name, dp.numel, world, hosts), (strat, dp.trace[:8])
-        dist.barrier()
-    _mixed_precision(rank, world, want, groups)
-    _other_intra_groups(rank, world, want)
-
-
-def _train(dp: object, rank: int) -> torch.Tensor:
-    batches = _batches(rank)
-    for s in range(STEPS):
-        for m in range(ACCUM):
-            x, y = batches[s * ACCUM + m]
-            dp.backward(nn.functional.mse_loss(dp(x), y))  # type: ignore[operator, attr-defined]
-        dp.step()  # type: ignore[attr-defined]
-    return dp.full_parameters()  # type: ignore[attr-defined, no-any-return]
-
-
-def _other_intra_groups(rank: int, world: int, want: torch.Tensor) -> None:
-    """Intra-groups that are not hocc's hosts: explicit strided rank lists, and
-    a dimension of a 2-D DeviceMesh (here its columns: groups of 2)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from hocc.paro import ParoDP
-
-    with pytest.raises(ValueError, match="equal size"):  # refused before any group is made
-        ParoDP(_model(), "IIG", OPTIMIZERS["adamw"], intra_groups=[[0, 1, 2], [3, 4, 5, 6, 7]])
-    with pytest.raises(ValueError, match="sharded less than gradients"):
-        ParoDP(_model(), "IGI", OPTIMIZERS["adamw"])
-    dp = ParoDP(_model(), "IIG", OPTIMIZERS["adamw"], intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
-    assert {id(p) for p in dp.parameters()} == {id(p) for p in dp.module.parameters()}
-    assert dp.groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    assert torch.allclose(_train(dp, rank), want, rtol=1e-4, atol=1e-5), "strided intra-groups"
-    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("a", "b"))
-    dp = ParoDP(_model(), "NIG", OPTIMIZERS["adamw"], mesh=mesh, mesh_dim="a")
-    assert dp.groups.hosts == [(0, 4), (1, 5), (2, 6), (3, 7)]
-    assert torch.allclose(_train(dp, rank), want, rtol=1e-4, atol=1e-5), "mesh dimension as intra-group"
-
-
-def _mixed_precision(rank: int, world: int, want: torch.Tensor, groups: object) -> None:
-    """bf16 parameters and gradients, fp32 master: 2/2/12 bytes per parameter,
-    and training tracks fp32 DDP (AdamW) loosely."""
-    from hocc.paro import ParoDP
-
-    for strat in ("IIG", "GGG"):
-        dp = ParoDP(_model(), strat, OPTIMIZERS["adamw"], param_dtype=torch.bfloat16, groups=groups)
-        batches = _batches(rank)
-        for s in range(STEPS):
-            for m in range(ACCUM):
-                x, y = batches[s * ACCUM + m]
-                dp.backward(nn.functional.mse_loss(dp(x.bfloat16()).float(), y))
-            dp.step()
-        assert dp.storage_bytes() == memory_per_rank(strat, dp.numel, world, 4).as_dict()
-        got = dp.full_parameters()
-        assert torch.allclose(got, want, atol=3e-2), (strat, (got - want).abs().max().item())
+            model = wrap(strat.name)
+            units = model.paro_units()
+            assert len(units) == 4 and units[0].groups.n_groups == 2 and units[0].groups.group_size == 4
+            names = {n for n, _ in model.named_parameters()}
+            assert names == set(want), names
+            train(model, OPTIMIZERS[opt](model), rank)
+            check_close(rank, f"{strat} {opt}", model, want)
+            if opt == "sgd":  # every collective the units ran is one the schedule lists, as often
+                calls = [(t.op, t.where, t.when, t.state) for t in units[0].moves.trace
+                         if t.state != "buffers" and t.when != "load"]
+                assert sorted(calls) == expected_calls(strat.name, len(units)), (strat, sorted(calls)[:8])
+    dist.barrier()
 
 
 def test_every_strategy_matches_ddp_on_2x4() -> None:
-    """One world: 14 strategies x (SGD, AdamW), then two in bf16."""
-    run_world(8, _train_all, env={"HOCC_TOPOLOGY": "2x4"})
+    """14 strategies x (SGD, AdamW with two parameter groups), four units each."""
+    run_world(8, _every_strategy, env={"HOCC_TOPOLOGY": "2x4"})
+
+
+def _training_needs(rank: int, world: int) -> None:
+    from hocc.paro import paro_shard
+
+    # clipping: the global norm, and the parameters after it, as DDP with torch's clip
+    want, norms = ddp_run(rank, "adamw", clip=0.05)
+    for strat in ("NNN", "NIG", "IIG", "GGG", "III"):
+        model = wrap(strat)
+        got = train(model, OPTIMIZERS["adamw"](model), rank, clip=0.05)
+        assert got == pytest.approx(norms, rel=1e-4), (strat, got, norms)
+        check_close(rank, f"{strat} clipped", model, want)
+    # frozen parameters: the first block frozen, in the wrapped model and in DDP's
+    want, _ = ddp_run(rank, "adamw", freeze=True)
+    for strat in ("NIG", "GGG"):
+        model = wrap(strat, freeze=True)
+        assert not any(p.requires_grad for p in model.blocks[0].parameters())
+        train(model, OPTIMIZERS["adamw"](model), rank)
+        check_close(rank, f"{strat} frozen", model, want)
+    # buffers: BatchNorm's running statistics follow rank 0's, as DDP's broadcast_buffers
+    want, _ = ddp_run(rank, "adamw", norm=True)
+    for strat in ("IIG", "NNG"):
+        model = wrap(strat, norm=True)
+        train(model, OPTIMIZERS["adamw"](model), rank)
+        check_close(rank, f"{strat} buffers", model, want)
+    # mixed precision: bf16 compute and gathers, fp32 reduction and optimizer, close to fp32 DDP
+    want, _ = ddp_run(rank, "adamw")
+    for strat in ("IIG", "GGG", "NNG"):
+        model = wrap(strat, param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        u = model.paro_units()[0]
+        assert u.full.dtype == torch.bfloat16 and u.master.dtype == torch.float32
+        train(model, OPTIMIZERS["adamw"](model), rank, dtype=torch.bfloat16)
+        check_close(rank, f"{strat} bf16", model, want, atol=3e-2, rtol=0)
+    # one unit alone (the old whole-model wrapper's case), on explicit strided intra-groups
+    model = paro_shard(Net(), "IIG", intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
+    assert model.paro_units()[0].groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    train(model, OPTIMIZERS["adamw"](model), rank)
+    check_close(rank, "one unit, strided groups", model, ddp_run(rank, "adamw")[0])
+    with pytest.raises(ValueError, match="equal size"):
+        paro_shard(Net(), "IIG", intra_groups=[[0, 1, 2], [3, 4, 5, 6, 7]])
+    with pytest.raises(ValueError, match="sharded less than gradients"):
+        paro_shard(Net(), "IGI")
+    dist.barrier()
+
+
+def test_clip_frozen_buffers_mixed_precision() -> None:
+    run_world(8, _training_needs, env={"HOCC_TOPOLOGY": "2x4"})
 
 
 def test_parse_and_reject() -> None:

@@ -6,10 +6,16 @@ dimension of a 2-D DeviceMesh. The inter-groups (rails) are the ranks at the
 same position in every intra-group. Every rank builds every group in the same
 order (torch.distributed requires it).
 
-Block r of the padded flat vector is world rank r's G shard; the I shard of
-position l is the blocks of rail l in rail order (hocc/paro/strategy.py), so
-rail collectives work on it as it is and host collectives see it through a
-permutation of blocks (`host_order`)."""
+A unit's flat vector (its parameters, concatenated and padded to W blocks of
+B elements) is laid out rail-major, so that every shard is one contiguous
+range and no collective needs its blocks permuted:
+
+    [ I_0 | I_1 | ... | I_{G-1} ]       I_l: the I shard of intra-group position l
+    I_l = [ B_0 | B_1 | ... | B_{H-1} ]  B_j: the G shard of rail l's j-th member
+
+A host all-gather of the members' I shards (in position order) is the whole
+vector; a rail all-gather of the members' G blocks (in rail order) is I_l; a
+world-scope collective is the two of them (hocc/paro/strategy.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +24,6 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from hocc.topology import from_hostnames, parse_spec
@@ -50,10 +55,45 @@ class Groups:
         """l: this rank's index inside its intra-group (its rail)."""
         return next(h.index(self.rank) for h in self.hosts if self.rank in h)
 
-    def host_order(self) -> list[int]:
-        """Block ids in the order a host collective lays them out: member l's
-        I shard (rail l's blocks, in rail order) at position l."""
-        return [b for rail in self.rails for b in rail]
+    @property
+    def rail_index(self) -> int:
+        """j: this rank's index inside its rail (its G block inside I_l)."""
+        return self.rails[self.position].index(self.rank)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One unit's flat vector of `numel` elements on `groups`' ranks: padded
+    to W blocks of `block` elements, rail-major (module docstring). `range(s)`
+    is this rank's shard at scope s, as [start, stop) of the flat vector."""
+
+    numel: int
+    block: int
+    world: int
+    n_groups: int
+    position: int
+    rail_index: int
+
+    @classmethod
+    def of(cls, numel: int, g: Groups) -> Layout:
+        block = max(1, -(-numel // g.size))
+        return cls(numel, block, g.size, g.n_groups, g.position, g.rail_index)
+
+    @property
+    def padded(self) -> int:
+        return self.block * self.world
+
+    def size(self, scope: str) -> int:
+        return {"N": self.padded, "I": self.block * self.n_groups, "G": self.block}[scope]
+
+    def range(self, scope: str) -> tuple[int, int]:
+        i0 = self.position * self.n_groups * self.block
+        if scope == "N":
+            return 0, self.padded
+        if scope == "I":
+            return i0, i0 + self.n_groups * self.block
+        g0 = i0 + self.rail_index * self.block
+        return g0, g0 + self.block
 
 
 def _hosts_from_topology(world: int) -> list[tuple[int, ...]]:
@@ -82,14 +122,22 @@ def intra_groups_of(mesh: object, dim: str | int) -> list[tuple[int, ...]]:
     return [tuple(int(r) for r in row) for row in lines.tolist()]
 
 
+_CACHE: dict[tuple[object, ...], Groups] = {}
+
+
 def build_groups(intra: Sequence[Sequence[int]] | None = None, backend: str | None = None) -> Groups:
     """Host and rail groups for this world. `intra`: the intra-groups as rank
-    lists (None: hosts from hocc's topology)."""
+    lists (None: hosts from hocc's topology). The same intra-groups give the
+    same Groups again (every unit of a model shares them), until the default
+    group changes."""
     if not dist.is_initialized():
         raise RuntimeError("hocc.paro needs torch.distributed: call dist.init_process_group first")
     world, rank = dist.get_world_size(), dist.get_rank()
     hosts = [tuple(sorted(int(r) for r in h)) for h in (intra if intra is not None else _hosts_from_topology(world))]
     hosts.sort()
+    key = (dist.group.WORLD, tuple(hosts), backend)
+    if key in _CACHE:
+        return _CACHE[key]
     flat = sorted(r for h in hosts for r in h)
     if flat != list(range(world)):
         raise ValueError(f"the intra-groups {hosts} must cover ranks 0..{world - 1} exactly once")
@@ -109,8 +157,6 @@ def build_groups(intra: Sequence[Sequence[int]] | None = None, backend: str | No
         if rank in r:
             rail_pg = pg
     assert host_pg is not None and rail_pg is not None
-    return Groups(dist.group.WORLD, host_pg, rail_pg, hosts, rails, rank, world)  # type: ignore[arg-type]
-
-
-def block_index(order: Sequence[int]) -> torch.Tensor:
-    return torch.tensor(list(order), dtype=torch.long)
+    groups = Groups(dist.group.WORLD, host_pg, rail_pg, hosts, rails, rank, world)  # type: ignore[arg-type]
+    _CACHE[key] = groups
+    return groups

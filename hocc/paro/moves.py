@@ -1,0 +1,144 @@
+"""The moves between scopes that PaRO-DP makes, as collectives, issued from
+one background thread.
+
+A scope move is one or two collectives on the rail-major layout
+(hocc/paro/layout.py): I <-> N over the host, G <-> I over the rail, and
+G <-> N as the rail stage then the host stage (or the reverse), which are
+the two stages HO-Ring runs for a world collective.
+
+Why one thread: units gather and reduce while autograd computes, and NCCL
+and gloo both need every rank to issue the ops of several groups in one
+order. Every rank submits the same moves in the same order (forward order,
+then autograd's deterministic backward order), and a single worker runs
+them in submission order, so the order on the wire is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+import hocc
+from hocc.paro.layout import Groups
+
+
+class Logged(NamedTuple):
+    """One logical collective of a strategy's schedule, as run."""
+
+    op: str       # all_gather | reduce_scatter | all_reduce | broadcast
+    where: str    # host | rail | world
+    when: str     # micro | step | load
+    state: str    # params | grads | buffers
+    elems: int    # elements sent in by this rank
+
+
+class Moves:
+    """Scope moves over `groups`, through hocc's calls (`comm='hocc'`, with
+    `algo`) or torch.distributed's own (`comm='torch'`, for comparison)."""
+
+    def __init__(self, groups: Groups, comm: str = "hocc", algo: str | None = None) -> None:
+        if comm not in ("hocc", "torch"):
+            raise ValueError(f"comm must be 'hocc' or 'torch', got {comm!r}")
+        self.groups, self.comm, self.algo = groups, comm, algo
+        self.trace: list[Logged] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- the worker ---------------------------------------------------------------
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run fn on the worker, after everything submitted before it."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hocc-paro")
+            return self._pool.submit(fn)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run fn on the worker and wait for it (keeps the wire order)."""
+        return self.submit(fn).result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- single collectives -------------------------------------------------------
+    def _pg(self, where: str) -> dist.ProcessGroup:
+        return {"host": self.groups.host, "rail": self.groups.rail, "world": self.groups.world}[where]
+
+    def _width(self, where: str) -> int:
+        return {"host": self.groups.group_size, "rail": self.groups.n_groups, "world": self.groups.size}[where]
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, where: str) -> None:
+        if self._width(where) == 1:
+            out.copy_(inp)
+        elif self.comm == "torch":
+            dist.all_gather_into_tensor(out, inp, group=self._pg(where))
+        else:
+            hocc.all_gather_into_tensor(out, inp, group=self._pg(where), algo=self.algo)
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, where: str) -> None:
+        if self._width(where) == 1:
+            out.copy_(inp)
+        elif self.comm == "torch":
+            dist.reduce_scatter_tensor(out, inp, group=self._pg(where))
+        else:
+            hocc.reduce_scatter_tensor(out, inp, group=self._pg(where), algo=self.algo)
+
+    def all_reduce(self, t: torch.Tensor, where: str) -> None:
+        if self._width(where) == 1:
+            return
+        if self.comm == "torch":
+            dist.all_reduce(t, group=self._pg(where))
+        else:
+            hocc.all_reduce(t, group=self._pg(where), algo=self.algo)
+
+    def broadcast(self, t: torch.Tensor) -> None:
+        """From world rank 0 (buffers); torch's own call, as DDP makes it."""
+        self.trace.append(Logged("broadcast", "world", "micro", "buffers", t.numel()))
+        dist.broadcast(t, 0, group=self.groups.world)
+
+    # -- scope moves --------------------------------------------------------------
+    def gather(self, out: torch.Tensor, shard: torch.Tensor, src: str, dst: str, when: str, state: str) -> None:
+        """out (scope dst) <- every rank's shard (scope src), src finer than dst
+        (or the same scope: a copy)."""
+        if src == dst:
+            out.copy_(shard)
+            return
+        self.trace.append(Logged("all_gather", _where(src, dst), when, state, shard.numel()))
+        if src == "G" and dst == "N":
+            mid = torch.empty(shard.numel() * self.groups.n_groups, dtype=shard.dtype, device=shard.device)
+            self.all_gather(mid, shard, "rail")
+            self.all_gather(out, mid, "host")
+        else:
+            self.all_gather(out, shard, _where(src, dst))
+
+    def reduce(self, out: torch.Tensor, full: torch.Tensor, src: str, dst: str, when: str) -> torch.Tensor:
+        """out (scope dst) <- the sum over the scope of every rank's `full`
+        (scope src); dst == src: an all-reduce in place (out is full)."""
+        where = _where(src, dst) if src != dst else {"N": "world", "I": "rail", "G": "world"}[src]
+        op = "all_reduce" if src == dst else "reduce_scatter"
+        self.trace.append(Logged(op, where, when, "grads", full.numel()))
+        if src == dst:
+            self.all_reduce(full, where)
+            return full
+        if src == "N" and dst == "G":
+            mid = torch.empty(full.numel() // self.groups.group_size, dtype=full.dtype, device=full.device)
+            self.reduce_scatter(mid, full, "host")
+            self.reduce_scatter(out, mid, "rail")
+        else:
+            self.reduce_scatter(out, full, where)
+        return out
+
+
+def _where(a: str, b: str) -> str:
+    pair = {a, b}
+    if pair == {"N", "I"}:
+        return "host"
+    if pair == {"I", "G"}:
+        return "rail"
+    return "world"

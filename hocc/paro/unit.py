@@ -1,0 +1,320 @@
+"""One PaRO unit: the parameters of one wrapped module (those no inner unit
+owns), as flat vectors at the strategy's scopes, and the moves between them.
+
+What a unit holds, each a flat vector on the rail-major layout (layout.py):
+
+    master   scope o, the module's own dtype: the optimizer's parameters are
+             views of it (`sharded`), so its version counter tells when the
+             optimizer (or a load) changed them
+    pstore   scope p, param_dtype: what forward gathers from; `master` itself
+             when p == o and the dtypes agree
+    full     scope N, param_dtype: the gathered parameters; the module's
+             compute parameters are views of it; freed after use when p != N
+    gfull    scope N, param_dtype: autograd accumulates into it; kept across
+             micro-steps only when g == N
+    gacc     scope g, reduce_dtype: the micro-steps' reduced gradients (g != N)
+    ograd    scope o, the module's dtype: the mean gradient the optimizer
+             reads (the `sharded` parameters' .grad are views of it)
+
+Compute parameters get their storage through `.data`, so their version
+counter is their own: gathering into `full` after forward does not trip
+autograd's saved-tensor check.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hocc.paro.layout import Groups, Layout
+from hocc.paro.moves import Moves
+from hocc.paro.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One original parameter of the unit."""
+
+    fqn: str            # its name relative to the unit's module
+    owner: nn.Module    # the module that registers it
+    attr: str           # its attribute name there
+    shape: torch.Size
+    offset: int         # where it starts in the flat vector
+    trainable: bool
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def _free(t: torch.Tensor) -> None:
+    t.untyped_storage().resize_(0)
+
+
+def _alloc(t: torch.Tensor) -> None:
+    need = t.numel() * t.element_size()
+    if t.untyped_storage().nbytes() != need:
+        t.untyped_storage().resize_(need)
+
+
+def owned_parameters(module: nn.Module) -> list[tuple[str, nn.Module, str, nn.Parameter]]:
+    """(fqn, owner, attr, parameter) of `module` not inside an inner unit,
+    each parameter once (the first name of a tied one)."""
+    out: list[tuple[str, nn.Module, str, nn.Parameter]] = []
+    seen: set[int] = set()
+
+    def walk(m: nn.Module, prefix: str) -> None:
+        for attr, p in m._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out.append((prefix + attr, m, attr, p))
+        for name, child in m._modules.items():
+            if child is not None and getattr(child, "_paro_unit", None) is None:
+                walk(child, prefix + name + ".")
+
+    walk(module, "")
+    return out
+
+
+class Unit:
+    def __init__(self, module: nn.Module, strategy: Strategy, groups: Groups, moves: Moves,
+                 param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None) -> None:
+        found = owned_parameters(module)
+        tied = _tied_elsewhere(found)
+        if tied:
+            raise ValueError(f"paro_shard: parameter {tied} is shared with a module outside this unit; wrap the "
+                             f"modules that share a parameter in one unit (apply paro_shard to their common parent)")
+        params = [p for *_, p in found]
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1 or (params and not params[0].is_floating_point()):
+            raise ValueError(f"paro_shard needs the parameters of a unit in one floating dtype, got "
+                             f"{sorted(map(str, dtypes))}; cast the module first (module.float())")
+        _take(params)
+        devices = {p.device for p in params}
+        if len(devices) > 1:
+            raise ValueError(f"paro_shard: the unit's parameters are on several devices {sorted(map(str, devices))}; "
+                             f"move the module to one device")
+        self.module, self.strategy, self.groups, self.moves = module, strategy, groups, moves
+        self.dtype = params[0].dtype if params else torch.float32
+        self.device = params[0].device if params else torch.device("cpu")
+        self.param_dtype = param_dtype or self.dtype
+        self.reduce_dtype = reduce_dtype or self.param_dtype
+        slots, off = [], 0
+        for fqn, owner, attr, p in found:
+            slots.append(Slot(fqn, owner, attr, p.shape, off, p.requires_grad))
+            off += p.numel()
+        self.slots: list[Slot] = slots
+        self.layout = Layout.of(off, groups)
+        self.n_trainable = sum(s.trainable for s in slots)
+
+        s, lay = self.strategy, self.layout
+        flat = torch.zeros(lay.padded, dtype=self.dtype, device=self.device)
+        if params:
+            torch.cat([p.detach().reshape(-1) for p in params], out=flat[:off])
+        moves.run(partial(moves.broadcast, flat))  # every replica starts from rank 0's parameters
+        a, b = lay.range(s.optim)
+        self.master = flat[a:b].clone()
+        self._aliased = s.params == s.optim and self.param_dtype == self.dtype
+        if self._aliased:
+            self.pstore = self.master
+        else:
+            pa, pb = lay.range(s.params)
+            self.pstore = flat[pa:pb].to(self.param_dtype).clone()
+        self.full = self.pstore if s.params == "N" else torch.empty(lay.padded, dtype=self.param_dtype,
+                                                                    device=self.device)
+        del flat
+        self._seen = self.master._version
+        # the module's parameters between passes (the optimizer's) and during them (autograd's)
+        self.sharded = [self._sharded_param(sl) for sl in slots]
+        self.compute = []
+        for sl in slots:
+            cp = nn.Parameter(torch.empty(0, dtype=self.param_dtype, device=self.device), requires_grad=sl.trainable)
+            cp.data = self.full[sl.offset:sl.offset + sl.numel].view(sl.shape)
+            self.compute.append(cp)
+        if s.params != "N":  # after the views are made: a view of an empty storage is refused
+            _free(self.full)
+        self.gathered = s.params == "N"
+        self.gfull: torch.Tensor | None = None
+        self.gacc: torch.Tensor | None = None
+        self.ograd: torch.Tensor | None = None
+        self.reduced = False      # this backward's reduction is submitted
+        self.ready = 0            # trainable parameters whose gradient arrived this backward
+        self.inflight: list[torch.Tensor] = []  # buffers a submitted move still uses
+        self.register(self.sharded)
+
+    # -- the parameters the module shows --------------------------------------------
+    def _sharded_param(self, sl: Slot) -> nn.Parameter:
+        a, b = self.layout.range(self.strategy.optim)
+        lo, hi = max(sl.offset, a), min(sl.offset + sl.numel, b)
+        if self.strategy.optim == "N":
+            view = self.master[sl.offset:sl.offset + sl.numel].view(sl.shape)
+        else:
+            view = self.master[lo - a:hi - a] if hi > lo else self.master[:0]
+        return nn.Parameter(view, requires_grad=sl.trainable)
+
+    def local_range(self, sl: Slot, scope: str) -> tuple[int, int]:
+        """The part of `sl` this rank holds at `scope`, in the parameter's own
+        flat coordinates (empty: lo == hi)."""
+        a, b = self.layout.range(scope)
+        lo, hi = max(sl.offset, a), min(sl.offset + sl.numel, b)
+        return (lo - sl.offset, hi - sl.offset) if hi > lo else (0, 0)
+
+    def register(self, params: list[nn.Parameter]) -> None:
+        for sl, p in zip(self.slots, params, strict=True):
+            sl.owner._parameters[sl.attr] = p
+
+    # -- parameters: o -> p after an update, p -> N for compute ------------------------
+    def stale(self) -> bool:
+        return self.master._version != self._seen
+
+    def gather_move(self) -> Any:
+        """What the worker runs to make `full` whole (refreshing pstore first if
+        the optimizer changed master); call on the main thread."""
+        s, refresh = self.strategy, self.stale()
+        self._seen = self.master._version
+        if s.params != "N":
+            _alloc(self.full)
+        self.gathered = True
+        master, pstore, full, moves = self.master, self.pstore, self.full, self.moves
+
+        def move() -> None:
+            if refresh and not self._aliased:
+                if s.params == s.optim:
+                    pstore.copy_(master)
+                else:
+                    moves.gather(pstore, master.to(self.param_dtype), s.optim, s.params, "step", "params")
+            if s.params != "N":
+                moves.gather(full, pstore, s.params, "N", "micro", "params")
+        return move
+
+    def free(self) -> None:
+        if self.strategy.params != "N" and self.gathered:
+            _free(self.full)
+            self.gathered = False
+
+    # -- gradients -------------------------------------------------------------------
+    def start_grads(self) -> None:
+        """Before this unit's backward: a zeroed gfull for autograd to add into."""
+        if self.gfull is None and self.n_trainable:
+            self.gfull = torch.zeros(self.layout.padded, dtype=self.param_dtype, device=self.device)
+            for sl, cp in zip(self.slots, self.compute, strict=True):
+                if sl.trainable:
+                    cp.grad = self.gfull[sl.offset:sl.offset + sl.numel].view(sl.shape)
+
+    def reduce_move(self, sync: bool) -> Any:
+        """What the worker runs after this unit's backward: the micro-step's
+        reduction to scope g and, when `sync`, the step's reduction to scope o
+        (a mean over ranks, in the module's dtype, left in `ograd`). Call on
+        the main thread: it takes gfull away from autograd."""
+        s, moves, lay = self.strategy, self.moves, self.layout
+        self.reduced = True
+        if not self.n_trainable or (s.grads == "N" and not sync and self.gfull is not None):
+            return lambda: None  # nothing to move: g == N accumulates in gfull
+        if self.gfull is None:  # not used in this backward: zeros keep every rank's collectives alike
+            self.start_grads()
+        gfull = self.gfull
+        assert gfull is not None
+        if s.grads == "N" and not sync:
+            return lambda: None
+        for cp in self.compute:
+            cp.grad = None
+        self.gfull = None
+        self.inflight.append(gfull)
+
+        def move() -> None:
+            src = gfull.to(self.reduce_dtype) if gfull.dtype != self.reduce_dtype else gfull
+            if s.grads != "N":
+                out = torch.empty(lay.size(s.grads), dtype=self.reduce_dtype, device=self.device)
+                moves.reduce(out, src, "N", s.grads, "micro")
+                if self.gacc is None:
+                    self.gacc = out
+                else:
+                    self.gacc += out
+                if not sync:
+                    return
+                src, self.gacc = self.gacc, None
+            g, o = s.grads, s.optim
+            if g == o and g != "G":
+                res = moves.reduce(src, src, g, g, "step")
+            elif g == "N" and o == "I":
+                res = moves.reduce(torch.empty(lay.size("I"), dtype=src.dtype, device=src.device), src, "N", "I",
+                                   "step")
+                moves.reduce(res, res, "I", "I", "step")
+            elif g != o:
+                res = moves.reduce(torch.empty(lay.size(o), dtype=src.dtype, device=src.device), src, g, o, "step")
+            else:
+                res = src
+            grad = res.to(self.dtype) if res.dtype != self.dtype else res
+            self.ograd = grad.div_(self.groups.size)
+        return move
+
+    def done_moving(self) -> None:
+        """The worker is done with this unit's buffers (called on the main thread)."""
+        self.inflight.clear()
+
+    def hand_grads(self) -> None:
+        """After a synced backward: the optimizer's .grad, views of ograd
+        (added to a .grad the caller kept)."""
+        if self.ograd is None:
+            return
+        a, _ = self.layout.range(self.strategy.optim)
+        for sl, sp in zip(self.slots, self.sharded, strict=True):
+            if not sl.trainable:
+                continue
+            if self.strategy.optim == "N":
+                view = self.ograd[sl.offset:sl.offset + sl.numel].view(sl.shape)
+            else:
+                lo, hi = self.local_range(sl, self.strategy.optim)
+                view = self.ograd[sl.offset + lo - a:sl.offset + hi - a]
+            if sp.grad is None:
+                sp.grad = view
+            else:
+                sp.grad.add_(view)
+        self.ograd = None
+
+    # -- what it holds -----------------------------------------------------------------
+    def storages(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(kind, tensor) for every buffer this unit holds now."""
+        yield "params", self.pstore
+        yield "optim", self.master  # counted once: as parameters when it is pstore
+        yield "params", self.full
+        for t in (self.gfull, self.gacc, self.ograd, *self.inflight):
+            if t is not None:
+                yield "grads", t
+        for sp in self.sharded:
+            if sp.grad is not None:
+                yield "grads", sp.grad
+
+
+# every parameter a unit took over, by id (weakly), to catch one tied across units
+_TAKEN: dict[int, weakref.ref[nn.Parameter]] = {}
+
+
+def _tied_elsewhere(found: list[tuple[str, nn.Module, str, nn.Parameter]]) -> str | None:
+    for fqn, *_, p in found:
+        ref = _TAKEN.get(id(p))
+        if ref is not None and ref() is p:
+            return fqn
+    return None
+
+
+def _take(params: list[nn.Parameter]) -> None:
+    for p in params:
+        key = id(p)
+        _TAKEN[key] = weakref.ref(p, partial(_forget, key))
+
+
+def _forget(key: int, _ref: object) -> None:
+    _TAKEN.pop(key, None)
+
+
+def is_dist() -> bool:
+    return dist.is_available() and dist.is_initialized()
