@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Train a small transformer language model under a PaRO-DP strategy.
+"""Train a small GPT-like model under a PaRO-DP strategy, the usual way.
 
     torchrun --nproc-per-node 8 examples/paro_train.py --strategy IIG --accum 4
     HOCC_TOPOLOGY=2x4 torchrun --nproc-per-node 8 examples/paro_train.py --strategy NIG --bf16
 
-CPU and gloo by default (hocc's collectives run on any group of any backend).
-The intra-group of the I scope is a host: hocc's topology (HOCC_TOPOLOGY, or
-the ranks' hostnames). Data are random tokens with a learnable pattern (each
-token is the previous plus one), so the loss falls. Rank 0 prints the loss,
-the step time and the memory each model state takes per rank, next to the
-memory model's prediction.
+Each transformer block is a unit (`paro_shard(block, ...)`), then the root:
+parameters are gathered a block at a time, gradients reduced as each block's
+backward ends. Training is `loss.backward()`, `opt.step()`,
+`opt.zero_grad()` with `model.no_sync()` for accumulation, and
+`model.clip_grad_norm_`. CPU and gloo by default; the intra-group of the I
+scope is a host (HOCC_TOPOLOGY, or the ranks' hostnames). Rank 0 prints the
+loss, the step time, and the peak memory of the model states per rank
+next to `hocc paro advise`'s prediction.
 """
 
 from __future__ import annotations
@@ -19,31 +21,13 @@ import time
 
 import torch
 import torch.distributed as dist
+from tiny_gpt import batch, build_model
 from torch import nn
 
 import hocc
-from hocc.paro import ParoDP
-from hocc.paro.memory import StateBytes, memory_per_rank
-
-
-class TinyLM(nn.Module):
-    def __init__(self, vocab: int, dim: int, layers: int, heads: int, seq: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.pos = nn.Parameter(torch.zeros(seq, dim))
-        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True)
-        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(dim, vocab)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens) + self.pos[: tokens.shape[1]].to(self.embed.weight.dtype)
-        return self.head(self.body(x, mask=self.mask.to(x.dtype), is_causal=True))
-
-
-def batch(gen: torch.Generator, n: int, seq: int, vocab: int) -> torch.Tensor:
-    start = torch.randint(0, vocab, (n, 1), generator=gen)
-    return (start + torch.arange(seq + 1)) % vocab
+from hocc.paro import paro_shard
+from hocc.paro.memory import StateBytes, peak_per_rank
+from hocc.paro.probe import Probe
 
 
 def main() -> int:
@@ -55,46 +39,65 @@ def main() -> int:
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--layers", type=int, default=8)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--bf16", action="store_true", help="bf16 parameters and gradients, fp32 master and Adam")
+    p.add_argument("--bf16", action="store_true", help="bf16 compute and gathers, fp32 reduction and AdamW")
     p.add_argument("--comm", choices=("hocc", "torch"), default="hocc")
     a = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = TinyLM(a.vocab, a.dim, a.layers, a.heads, a.seq)
-    dtype = torch.bfloat16 if a.bf16 else None
-    dp = ParoDP(model, a.strategy, lambda ps: torch.optim.AdamW(ps, lr=a.lr), param_dtype=dtype, comm=a.comm)
-    g = dp.groups
+    model = build_model(a.vocab, a.dim, a.layers, a.heads, a.seq)
+    mp = {"param_dtype": torch.bfloat16, "reduce_dtype": torch.float32} if a.bf16 else {}
+    for block in model.blocks:
+        paro_shard(block, a.strategy, comm=a.comm, **mp)  # type: ignore[arg-type]
+    paro_shard(model, a.strategy, comm=a.comm, **mp)  # type: ignore[arg-type]
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1 or ("weight" in n and "norm" not in n)]
+    other = [p for p in model.parameters() if all(p is not q for q in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=a.lr)
+    g = model.paro_units()[0].groups
     if rank == 0:
-        print(f"# {dp.strategy}: {dp.numel} parameters, {g.size} ranks in {g.n_groups} groups of {g.group_size}; "
-              f"schedule:")
-        for c in dp.strategy.schedule():
-            print(f"#   {c.describe()}")
+        print(f"# {a.strategy}: {sum(u.layout.numel for u in model.paro_units())} parameters in "
+              f"{len(model.paro_units())} units, {g.size} ranks in {g.n_groups} groups of {g.group_size}")
     gen = torch.Generator().manual_seed(1 + rank)
     loss_fn = nn.CrossEntropyLoss()
+    probe = Probe(model, opt)
     for step in range(a.steps):
         t0 = time.perf_counter()
         total = 0.0
-        for _ in range(a.accum):
-            tok = batch(gen, a.batch, a.seq, a.vocab)
-            logits = dp(tok[:, :-1])
-            loss = loss_fn(logits.float().reshape(-1, a.vocab), tok[:, 1:].reshape(-1)) / a.accum
-            dp.backward(loss)
-            total += float(loss.detach())
-        dp.step()
+        with probe if step == a.steps - 1 else _nothing():
+            for m in range(a.accum):
+                tok = batch(gen, a.batch, a.seq, a.vocab)
+                with model.no_sync() if m < a.accum - 1 else _nothing():
+                    logits = model(tok[:, :-1])
+                    loss = loss_fn(logits.float().reshape(-1, a.vocab), tok[:, 1:].reshape(-1)) / a.accum
+                    loss.backward()
+                total += float(loss.detach())
+        model.clip_grad_norm_(1.0)
+        opt.step()
+        opt.zero_grad()
         dt = time.perf_counter() - t0
         if rank == 0 and (step % 5 == 0 or step == a.steps - 1):
             print(f"step {step:3d}  loss {total:.4f}  {dt * 1e3:.0f} ms", flush=True)
     if rank == 0:
-        per = StateBytes(2, 2, 12) if a.bf16 else StateBytes(4, 4, 12)
-        want = memory_per_rank(dp.strategy, dp.numel, g.size, g.group_size, per).as_dict()
-        print(f"# memory per rank (bytes): measured {dp.storage_bytes()}, model {want}")
+        units = model.paro_units()
+        per = StateBytes(2, 2, 12, 4, reduce=4) if a.bf16 else StateBytes(4, 4, 12, 4)
+        want = peak_per_rank(a.strategy, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, g.size,
+                             g.group_size, per, a.accum)
+        print(f"# peak memory of the model states per rank (bytes): measured {probe.peak.as_dict()} "
+              f"({probe.peak.total}), predicted {want.as_dict()} ({want.total})")
     hocc.reset_engines()
     dist.destroy_process_group()
     return 0
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 if __name__ == "__main__":

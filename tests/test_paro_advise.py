@@ -9,7 +9,7 @@ import pytest
 from hocc.paro import all_strategies
 from hocc.paro.advisor import evaluate
 from hocc.paro.comm import comm_per_step, planner_config
-from hocc.paro.memory import StateBytes, memory_per_rank
+from hocc.paro.memory import StateBytes, memory_per_rank, peak_per_rank
 from hocc.plan.planner import choose, predict_all
 from hocc.tools.cli import main
 from hocc.tools.paro_cli import parse_memory
@@ -23,7 +23,9 @@ def test_memory_model_arithmetic() -> None:
     assert (m.params, m.grads, m.optim) == (2 * P, 2 * P // 4, 12 * P // 8)
     assert memory_per_rank("GGG", P, 8, 4).total == 16 * P // 8
     assert memory_per_rank("NNN", P, 8, 4).total == 16 * P
-    assert memory_per_rank("III", P, 8, 4, StateBytes(4, 4, 8)).total == 16 * P // 4
+    # fp32 III: the optimizer's parameters are the parameters themselves (same scope, same dtype)
+    assert memory_per_rank("III", P, 8, 4, StateBytes(4, 4, 12)).total == (4 + 4 + 8) * P // 4
+    assert memory_per_rank("NIG", P, 8, 4, StateBytes(4, 4, 12)).optim == 12 * P // 8
     assert memory_per_rank("GGG", 13, 8, 4).params == 2 * 2  # 13 elements: blocks of 2
 
 
@@ -60,10 +62,12 @@ def test_priced_by_the_planner() -> None:
 
 def test_ranking_follows_the_paper() -> None:
     """Memory too tight for full replicas: a partially redundant strategy
-    beats ZeRO-3 (GGG) on slow NICs, and its edge grows with accumulation."""
+    beats ZeRO-3 (GGG) on slow NICs, and its edge grows with accumulation.
+    Wrapped as one unit, nothing fits: the whole model is gathered at once."""
     topo = parse_spec("2x4@nic=200mbit")
     budget = 5 * P  # bytes per rank: rules out N parameters (14 GB) with unsharded gradients
-    opts = evaluate(P // 1000, topo, accum=8, memory_budget=budget / 1000)
+    units = [P // 1000 // 32] * 32  # 32 blocks: a pass holds a few of them whole
+    opts = evaluate(P // 1000, topo, accum=8, memory_budget=budget / 1000, units=units)
     fitting = [o.strategy for o in opts if o.fits]
     assert "NNN" not in fitting and "GGG" in fitting
     assert fitting.index("GGG") > 0 and fitting[0] in ("IIG", "NIG", "ING", "III", "IGG", "GIG")
@@ -71,6 +75,7 @@ def test_ranking_follows_the_paper() -> None:
             / next(o for o in evaluate(P // 1000, topo, accum=a) if o.strategy == "IIG").seconds for a in (1, 8)]
     assert edge[1] > edge[0]
     assert len(evaluate(1000, topo)) == len(all_strategies())
+    assert not any(o.fits for o in evaluate(P // 1000, topo, accum=8, memory_budget=budget / 1000))
 
 
 def test_advise_cli(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
@@ -83,3 +88,35 @@ def test_advise_cli(capsys: pytest.CaptureFixture[str], tmp_path: object) -> Non
     assert main(["paro", "advise", "--params", "7e9", "--topology", "2x4", "--strategies", "NGN"]) == 2
     assert "gradients it does not hold" in capsys.readouterr().err
     assert parse_memory("80GB") == 80e9 and parse_memory("1GiB") == 2 ** 30 and parse_memory("8e10") == 8e10
+
+
+def test_peak_counts_what_a_pass_gathers() -> None:
+    """The peak adds the units a pass holds whole to the sharded states: more
+    for smaller parts of a model held at a time, nothing for N parameters."""
+    units, root = [P // 32] * 32, 8  # the root: one element per rank
+    rest = memory_per_rank("GGG", P, 8, 4)
+    peak = peak_per_rank("GGG", units, root, 8, 4)
+    assert peak.optim == rest.optim + 12 and peak.params == rest.params + 2 + 2 * (P // 32) * 2 + 8 * 2
+    # two units' gradients whole and every other unit's at G, in the optimizer's dtype
+    assert peak.grads == 2 * (P // 32) * 2 + 30 * (P // 32 // 8) * 4 + 8 * 2
+    coarse = peak_per_rank("GGG", [P // 4] * 4, root, 8, 4)
+    assert coarse.total > peak.total
+    assert peak_per_rank("NNN", units, root, 8, 4).params == memory_per_rank("NNN", P + 8, 8, 4).params
+
+
+def test_advise_with_units_and_compute(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+    assert main(["paro", "advise", "--params", "7e9", "--units", "32", "--topology", "2x4@nic=200mbit",
+                 "--memory", "80GB", "--accum", "8", "--compute-ms", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "peak GB" in out and "compute overlapped" in out
+    # with compute slower than every micro-step's communication, the step time is the compute and the step's part
+    opts = evaluate(7_000_000, parse_spec("2x4@nic=200mbit"), accum=4, units=[1_000_000] * 7, compute_s=100.0)
+    assert all(o.seconds == pytest.approx(400.0 + o.comm.per("step")["seconds"]) for o in opts)
+    model = tmp_path / "m.py"  # type: ignore[operator]
+    model.write_text("from torch import nn\n"
+                     "def build():\n"
+                     "    blocks = nn.ModuleList([nn.Linear(10, 10) for _ in range(4)])\n"
+                     "    return nn.Sequential(blocks, nn.Linear(10, 2))\n")
+    assert main(["paro", "advise", "--model", f"{model}:build", "--topology", "2x4", "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "462 parameters" in out

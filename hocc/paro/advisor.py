@@ -1,51 +1,80 @@
 """The guideline: which PaRO strategy to train with (no torch).
 
-Every strategy that runs is given its memory per rank (hocc/paro/memory.py)
-and its communication per optimizer step priced by hocc's planner
-(hocc/paro/comm.py); those that fit in the memory budget are ranked by
-predicted communication time per step (less memory breaks ties), and the
-winner is explained against the runner-up and against faster strategies that
-do not fit. Communication is not overlapped with compute in this model, so
-it ranks strategies by what they add to a step, not by a whole step's time."""
+Every strategy that runs is given its memory per rank at its peak, during
+forward and backward (hocc/paro/memory.py: the sharded states plus the units
+a pass holds gathered), and its communication per optimizer step priced by
+hocc's planner (hocc/paro/comm.py). Those whose peak fits in the memory
+budget are ranked by predicted time per step (less memory breaks ties), and
+the winner is explained against the runner-up and against faster strategies
+that do not fit. Without a compute time the time is the communication
+alone; with the measured compute time of a micro-step, as the paper's
+guideline takes it, a micro-step costs the larger of its compute and its
+communication (paro_shard overlaps the two) and the step's own reduction is
+added once."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hocc.paro.comm import StepComm, comm_per_step
-from hocc.paro.memory import Memory, StateBytes, memory_per_rank
+from hocc.paro.memory import Memory, StateBytes, memory_per_rank, peak_per_rank
 from hocc.paro.strategy import PAPER_STRATEGIES, all_strategies
 from hocc.topology import Topology
+
+# what torch offers for the same trade, where it has one
+EQUIVALENTS = {
+    "NNN": "DDP",
+    "GGG": "FSDP2 fully_shard",
+    "NGG": "FSDP2 fully_shard(reshard_after_forward=False) holds parameters whole from forward to the end of "
+           "backward, as NGG does; between steps FSDP2 keeps them sharded (G)",
+    "III": "HSDP: fully_shard on a 2-D mesh (replicate across hosts, shard inside)",
+    "IGG": "FSDP2 fully_shard(reshard_after_forward=<host size>): backward gathers inside the host only",
+}
 
 
 @dataclass(frozen=True)
 class Option:
     strategy: str
-    memory: Memory
+    memory: Memory      # held between micro-steps of an accumulation
+    peak: Memory        # the most held during forward and backward
     comm: StepComm
     fits: bool
+    compute_s: float | None = None
 
     @property
     def seconds(self) -> float:
-        return self.comm.total("seconds")
+        """Predicted seconds per optimizer step: communication alone, or with
+        compute overlapped (module docstring)."""
+        if self.compute_s is None:
+            return self.comm.total("seconds")
+        micro = self.comm.per("micro")["seconds"]
+        return self.comm.accum * max(self.compute_s, micro) + self.comm.per("step")["seconds"]
 
 
 def evaluate(numel: int, topo: Topology, accum: int = 1, memory_budget: float | None = None,
              per_param: StateBytes | None = None, elem_size: int = 2, backend: str = "gloo",
-             strategies: tuple[str, ...] | None = None, reserve: float = 0.0) -> list[Option]:
+             strategies: tuple[str, ...] | None = None, reserve: float = 0.0, units: list[int] | None = None,
+             compute_s: float | None = None) -> list[Option]:
     """Every strategy (or those named), ranked: fitting ones by predicted
-    communication seconds per step, then the ones that do not fit."""
+    seconds per step, then the ones that do not fit. units: the parameters of
+    each unit the model is wrapped as (forward order); the root owns what
+    they leave of `numel`. None: one unit, the whole model."""
     if numel < 1:
         raise ValueError(f"the model needs at least one parameter, got {numel}")
+    units = list(units or [])
+    root = numel - sum(units)
+    if root < 0:
+        raise ValueError(f"the units hold {sum(units)} parameters, more than the model's {numel}")
     group = len(topo.host_groups()[0])
     names = strategies or tuple(s.name for s in all_strategies())
     out = []
     for name in names:
         mem = memory_per_rank(name, numel, topo.world_size, group, per_param)
-        comm = comm_per_step(name, numel, topo, accum, elem_size, backend)
-        fits = memory_budget is None or mem.total + reserve <= memory_budget
-        out.append(Option(name, mem, comm, fits))
-    return sorted(out, key=lambda o: (not o.fits, o.seconds, o.memory.total))
+        peak = peak_per_rank(name, units, root, topo.world_size, group, per_param, accum)
+        comm = comm_per_step(name, numel, topo, accum, elem_size, backend, units=len(units) + 1)
+        fits = memory_budget is None or peak.total + reserve <= memory_budget
+        out.append(Option(name, mem, peak, comm, fits, compute_s))
+    return sorted(out, key=lambda o: (not o.fits, o.seconds, o.peak.total))
 
 
 def _gb(n: float) -> str:
@@ -56,13 +85,16 @@ def explain(options: list[Option], memory_budget: float | None) -> str:
     """Why the top option wins, in a few sentences from the numbers."""
     fitting = [o for o in options if o.fits]
     if not fitting:
-        least = min(options, key=lambda o: o.memory.total)
-        return (f"No strategy fits: the least memory is {least.strategy}'s {_gb(least.memory.total)} per rank. "
-                f"Add ranks, use a smaller model or free memory (activations are not counted here).")
+        least = min(options, key=lambda o: o.peak.total)
+        return (f"No strategy fits: the least peak memory is {least.strategy}'s {_gb(least.peak.total)} per rank. "
+                f"Add ranks, wrap smaller units, use a smaller model or free memory (activations are not counted "
+                f"here).")
     top = fitting[0]
     per_step, micro = top.comm.per("step"), top.comm.per("micro")
-    lines = [f"{top.strategy} wins: {top.seconds:.4g} s of communication per optimizer step, "
-             f"{_gb(top.memory.total)} per rank. Per step it sends {_gb(top.comm.total('inter_bytes'))} per rank "
+    what = "communication" if top.compute_s is None else "time (compute overlapped)"
+    lines = [f"{top.strategy} wins: {top.seconds:.4g} s of {what} per optimizer step, "
+             f"{_gb(top.peak.total)} per rank at its peak. Per step it sends "
+             f"{_gb(top.comm.total('inter_bytes'))} per rank "
              f"between groups in {top.comm.total('inter_rounds'):.0f} rounds "
              f"({micro['inter_rounds']:.0f} per micro-step, {per_step['inter_rounds']:.0f} once per step) and "
              f"{_gb(top.comm.total('intra_bytes'))} inside them."]
@@ -70,24 +102,27 @@ def explain(options: list[Option], memory_budget: float | None) -> str:
         nxt = fitting[1]
         lines.append(f"The runner-up {nxt.strategy} needs {nxt.seconds / top.seconds:.2f}x the time "
                      f"({_gb(nxt.comm.total('inter_bytes'))} between groups in "
-                     f"{nxt.comm.total('inter_rounds'):.0f} rounds) with {_gb(nxt.memory.total)} per rank.")
+                     f"{nxt.comm.total('inter_rounds'):.0f} rounds) with {_gb(nxt.peak.total)} per rank at its peak.")
     faster = [o for o in options if not o.fits and o.seconds < top.seconds]
     if faster and memory_budget is not None:
         lines.append("Faster but over the budget of " + _gb(memory_budget) + ": "
-                     + ", ".join(f"{o.strategy} ({_gb(o.memory.total)})" for o in faster) + ".")
+                     + ", ".join(f"{o.strategy} ({_gb(o.peak.total)})" for o in faster) + ".")
+    if top.strategy in EQUIVALENTS:
+        lines.append(f"In torch: {EQUIVALENTS[top.strategy]}.")
     return "\n".join(lines)
 
 
 def table(options: list[Option]) -> str:
     """A markdown table, ranked."""
-    head = ("| rank | strategy | fits | comm s/step | inter GB/step | inter rounds/step | intra GB/step "
-            "| params GB | grads GB | optim GB | total GB |")
-    rows = [head, "|" + " --- |" * 11]
+    head = ("| rank | strategy | fits | s/step | inter GB/step | inter rounds/step | intra GB/step "
+            "| params GB | grads GB | optim GB | at rest GB | peak GB | in torch |")
+    rows = [head, "|" + " --- |" * 13]
     for i, o in enumerate(options, 1):
         m, c = o.memory, o.comm
         tag = o.strategy + ("*" if o.strategy in PAPER_STRATEGIES else "")
         rows.append(f"| {i if o.fits else '-'} | {tag} | {'yes' if o.fits else 'no'} | {o.seconds:.4g} "
                     f"| {c.total('inter_bytes') / 1e9:.4g} | {c.total('inter_rounds'):.0f} "
                     f"| {c.total('intra_bytes') / 1e9:.4g} | {m.params / 1e9:.4g} | {m.grads / 1e9:.4g} "
-                    f"| {m.optim / 1e9:.4g} | {m.total / 1e9:.4g} |")
+                    f"| {m.optim / 1e9:.4g} | {m.total / 1e9:.4g} | {o.peak.total / 1e9:.4g} "
+                    f"| {EQUIVALENTS.get(o.strategy, '').split(' holds')[0].split(':')[0]} |")
     return "\n".join(rows)

@@ -97,10 +97,13 @@ def _count(c: Collective, numel: int, world: int, group: int) -> int:
 
 
 def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: int = 1, elem_size: int = 2,
-                  backend: str = "gloo") -> StepComm:
+                  backend: str = "gloo", units: int = 1) -> StepComm:
     """Every collective of one optimizer step of `strategy` on `topo` (the
     intra-group is the host), priced; elem_size: bytes of a parameter and a
-    gradient element on the wire (2 for bf16)."""
+    gradient element on the wire (2 for bf16). units: how many units the
+    model is wrapped as: sharded parameters are gathered for forward and
+    again for backward, except the root's, which stay gathered between the
+    two, so a micro-step gathers (2 units - 1) / units times the model."""
     if accum < 1:
         raise ValueError(f"accum (micro-steps per optimizer step) must be at least 1, got {accum}")
     s = parse(strategy)
@@ -131,5 +134,7 @@ def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: i
             else:
                 intra, ir = ring_volume(c.op, group, count * n_hosts)
                 inter, er = ring_volume(c.op, n_hosts, count)
-        out.items.append(Priced(c, count, pick, preds[pick].seconds, intra * elem_size, inter * elem_size, ir, er))
+        k = (2 * units - 1) / units if (c.when, c.state) == ("micro", "params") else 1.0
+        out.items.append(Priced(c, count, pick, k * preds[pick].seconds, k * intra * elem_size, k * inter * elem_size,
+                                round(k * ir), round(k * er)))
     return out

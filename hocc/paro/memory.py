@@ -33,6 +33,11 @@ class StateBytes:
     grads: float = 2
     optim: float = 12
     master: float = 4
+    reduce: float = 0  # bytes of a gradient reduced and accumulated at scope g (reduce_dtype); 0: `grads`
+
+    @property
+    def acc(self) -> float:
+        return self.reduce or self.grads
 
     def aliased(self, s: Strategy) -> bool:
         return s.params == s.optim and self.params == self.master
@@ -70,7 +75,8 @@ def memory_per_rank(strategy: str | Strategy, numel: int, world: int, group_size
     def part(scope: str, bytes_per: float) -> int:
         return round(scope_elems(scope, numel, world, group_size) * bytes_per)
 
-    return Memory(part(s.params, b.params), part(s.grads, b.grads), part(s.optim, b.optim_bytes(s)))
+    return Memory(part(s.params, b.params), part(s.grads, b.grads if s.grads == "N" else b.acc),
+                  part(s.optim, b.optim_bytes(s)))
 
 
 def peak_per_rank(strategy: str | Strategy, units: Sequence[int], root: int, world: int, group_size: int,
@@ -88,7 +94,7 @@ def peak_per_rank(strategy: str | Strategy, units: Sequence[int], root: int, wor
     numel = dict(zip(names, [root, *units], strict=True))
 
     def size(scope: str, u: object) -> int:
-        return scope_elems(scope, numel[u], world, group_size)  # type: ignore[index]
+        return scope_elems(scope, numel[u], world, group_size)
 
     rest_p = sum(size(s.params, u) for u in names) * b.params
     rest_o = sum(size(s.optim, u) for u in names) * b.optim_bytes(s)
@@ -105,7 +111,7 @@ def peak_per_rank(strategy: str | Strategy, units: Sequence[int], root: int, wor
     for m in range(accum):
         sync = m == accum - 1
         # between micro-steps: g != N keeps gacc (scope g), g == N keeps autograd's buffer (scope N)
-        acc = {u: (size(s.grads, u) * b.grads if m else 0) for u in names}
+        acc = {u: (size(s.grads, u) * (b.grads if s.grads == "N" else b.acc) if m else 0) for u in names}
         for i, u in enumerate(["root", *order]):  # forward: root, then each unit with the next prefetched
             nxt = order[i] if i < len(order) else None
             extra = gathered("root") + (gathered(u) if u != "root" else 0) + (gathered(nxt) if nxt is not None else 0)
@@ -126,17 +132,9 @@ def peak_per_rank(strategy: str | Strategy, units: Sequence[int], root: int, wor
                     for k in done:
                         del whole[k]
                 if sync:
-                    held[u] = size(s.optim, u) * b.master + size(s.grads, u) * b.grads * (s.grads != "N")
+                    held[u] = size(s.optim, u) * b.master
                 elif s.grads != "N":
-                    held[u] = size(s.grads, u) * b.grads
+                    held[u] = size(s.grads, u) * b.acc
         if sync:  # the root's reduction last, then every unit's gradient at scope o
             sample(0, sum(size(s.optim, u) * b.master for u in names))
     return peak
-
-
-def transient_bytes(strategy: str | Strategy, numel: int, world: int, per_param: StateBytes | None = None) -> int:
-    """The whole-model buffers ParoDP gathers into during a micro-step
-    (parameters if p is sharded, gradients if g is): not in `memory_per_rank`."""
-    s, b = parse(strategy), per_param or StateBytes()
-    full = scope_elems("N", numel, world, 1)
-    return round(full * ((b.params if s.params != "N" else 0) + (b.grads if s.grads != "N" else 0)))

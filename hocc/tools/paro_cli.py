@@ -1,10 +1,13 @@
 """`hocc paro advise`: which PaRO-DP strategy to train with. Ranks the
-strategies that fit in memory by predicted communication time per optimizer
-step (hocc's planner on the topology), with each one's memory per rank, and
-says why the top one wins.
+strategies whose peak memory fits by predicted time per optimizer step
+(hocc's planner on the topology; with --compute-ms, compute overlapped),
+with each one's memory per rank at rest and at its peak, and says why the
+top one wins and what torch offers for it.
 
-    hocc paro advise --params 7e9 --topology 64x8@nic=100gbit,host=2400gbit --memory 80GB --accum 8 --backend nccl
+    hocc paro advise --params 7e9 --units 32 --topology 64x8@nic=100gbit,host=2400gbit --memory 80GB --accum 8 \
+        --backend nccl --compute-ms 400
     hocc paro advise --params 50e6 --topology 2x4@nic=200mbit --memory 2GB --accum 4
+    hocc paro advise --model examples/tiny_gpt.py:build_model --topology 2x4@nic=200mbit --bytes 4,4,12,4
 """
 
 from __future__ import annotations
@@ -31,21 +34,54 @@ def parse_memory(text: str) -> float:
 
 
 def parse_bytes(text: str) -> StateBytes:
+    want = (f"--bytes takes params,grads,optim[,master] bytes per parameter (e.g. 2,2,12 or 4,4,12,4; optim "
+            f"includes the optimizer's master copy, master bytes, 4 by default), got {text!r}")
     parts = text.split(",")
-    if len(parts) != 3:
-        raise ValueError(f"--bytes takes three numbers, params,grads,optim (e.g. 2,2,12), got {text!r}")
+    if len(parts) not in (3, 4):
+        raise ValueError(want)
     try:
-        p, g, o = (float(x) for x in parts)
+        nums = [float(x) for x in parts]
     except ValueError:
-        raise ValueError(f"--bytes takes three numbers, params,grads,optim (e.g. 2,2,12), got {text!r}") from None
-    return StateBytes(p, g, o)
+        raise ValueError(want) from None
+    return StateBytes(*nums)
+
+
+def model_units(spec: str) -> tuple[int, list[int]]:
+    """'path/to/file.py:fn' or 'package.module:fn' -> (parameters, parameters per unit) of the model fn()
+    returns; its units are the elements of its nn.ModuleLists (its blocks), as one would wrap them."""
+    import importlib
+    import importlib.util
+
+    from torch import nn
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"--model takes FILE.py:FUNCTION or MODULE:FUNCTION, got {spec!r}")
+    if where.endswith(".py"):
+        loader = importlib.util.spec_from_file_location("hocc_advise_model", where)
+        if loader is None or loader.loader is None:
+            raise ValueError(f"--model: cannot load {where!r}")
+        mod = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(where)
+    model = getattr(mod, name)()
+    units = [sum(p.numel() for p in blk.parameters()) for m in model.modules() if isinstance(m, nn.ModuleList)
+             for blk in m]
+    return sum(p.numel() for p in model.parameters()), units
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="paro_cmd", required=True)
     a = sub.add_parser("advise", help="rank the PaRO strategies that fit in memory", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("--params", required=True, type=float, help="parameters of the model, e.g. 7e9")
+    a.add_argument("--params", type=float, help="parameters of the model, e.g. 7e9")
+    a.add_argument("--units", type=int, default=0, help="the model is wrapped as this many equal units (its "
+                                                         "blocks) under a root; default: one unit")
+    a.add_argument("--model", help="FILE.py:FUNCTION or MODULE:FUNCTION returning the model: its parameters "
+                                   "and units (the elements of its nn.ModuleLists) are counted")
+    a.add_argument("--compute-ms", type=float, help="measured compute time of one micro-step (forward and "
+                                                    "backward): rank by time per step with overlap")
     a.add_argument("--topology", required=True, help="spec ('2x4@nic=200mbit', '64x8') or a topology file")
     a.add_argument("--memory", help="memory per rank for model states, e.g. 80GB (default: no limit)")
     a.add_argument("--reserve", default="0", help="memory per rank kept for activations etc., e.g. 20GB")
@@ -63,16 +99,26 @@ def run(a: argparse.Namespace) -> int:
     topo = parse_spec(a.topology)
     budget = parse_memory(a.memory) if a.memory else None
     names = tuple(s.strip().upper() for s in a.strategies.split(",")) if a.strategies else None
-    opts = evaluate(int(a.params), topo, a.accum, budget, parse_bytes(a.bytes), a.elem_size, a.backend, names,
-                    parse_memory(a.reserve))
-    print(f"# PaRO-DP on {topo.shape()} ({topo.world_size} ranks), {a.params:.4g} parameters, accum {a.accum}, "
+    if a.model:
+        numel, units = model_units(a.model)
+    elif a.params:
+        numel = int(a.params)
+        units = [numel // a.units] * a.units if a.units else []
+    else:
+        raise ValueError("give the model's size: --params N (with --units U) or --model FILE.py:FUNCTION")
+    a.params = numel
+    compute = a.compute_ms / 1e3 if a.compute_ms is not None else None
+    opts = evaluate(numel, topo, a.accum, budget, parse_bytes(a.bytes), a.elem_size, a.backend, names,
+                    parse_memory(a.reserve), units, compute)
+    print(f"# PaRO-DP on {topo.shape()} ({topo.world_size} ranks), {a.params:.4g} parameters in "
+          f"{len(units) or 1} unit(s){' and a root' if units else ''}, accum {a.accum}, "
           f"memory {a.memory or 'unlimited'}, backend {a.backend}; * = a strategy the paper names")
     print(table(opts))
     print()
     print(explain(opts, budget))
     if a.json:
-        rows = [{"strategy": o.strategy, "fits": o.fits, "comm_seconds": o.seconds, **o.memory.as_dict(),
-                 "memory_total": o.memory.total,
+        rows = [{"strategy": o.strategy, "fits": o.fits, "seconds": o.seconds, **o.memory.as_dict(),
+                 "memory_total": o.memory.total, "peak": o.peak.as_dict(), "peak_total": o.peak.total,
                  "micro": o.comm.per("micro"), "step": o.comm.per("step"),
                  "collectives": [{"op": p.coll.op, "where": p.coll.where, "when": p.coll.when,
                                   "state": p.coll.state, "count": p.count, "algo": p.algo, "seconds": p.seconds,
