@@ -5,7 +5,7 @@ gathering and loads it back under any strategy and any world size.
     full_state_dict         every parameter whole on every rank (export, comparison)
     sharded_state_dict      each parameter as a ShardedTensor over its flattened
                             shape [numel]: a rank's local shard is the part inside
-                            its G range; buffers as plain tensors
+                            its G range (zero-size if none); buffers as plain tensors
     optim_state_dict        the optimizer's state keyed by parameter name: per-element
                             states (Adam's moments, SGD's momentum) sharded as the
                             parameters are, scalar ones (Adam's step) plain, and
@@ -92,7 +92,8 @@ def _rank_of_block(hosts: tuple[tuple[int, ...], ...], rails: tuple[tuple[int, .
 
 
 def _g_parts(u: Unit, sl: Slot) -> list[tuple[int, int, int]]:
-    """(rank, lo, hi): every rank's non-empty G part of `sl`, in its flattened coordinates."""
+    """(rank, lo, hi): every rank's non-empty G part of `sl`, in its
+    flattened coordinates (the blocks it spans, not all W ranks)."""
     if sl.numel == 0:
         return []
     owner, block = _rank_of_block(tuple(u.groups.hosts), tuple(u.groups.rails)), u.layout.block
@@ -105,20 +106,30 @@ def _g_parts(u: Unit, sl: Slot) -> list[tuple[int, int, int]]:
 def _shard(u: Unit, sl: Slot, local: torch.Tensor) -> ShardedTensor | torch.Tensor:
     """A ShardedTensor over sl's flattened shape whose local shard is `local`
     (this rank's G part, perhaps empty). Its global metadata is built here,
-    every rank's G range being known, so no collective runs per tensor (and
-    ranks without a part simply have no local shard)."""
-    if sl.numel == 0:  # no shard anywhere: a ShardedTensor must have one
+    every rank's G range being known, so no collective runs per tensor.
+
+    A rank whose G range misses the parameter holds a zero-size shard (at
+    offset numel) rather than none: DCP's planners drop a ShardedTensor with
+    no local shard from that rank's template, and dcp.load, finding a saved
+    key the template lacks, falls back to its pre-2.4 flattening, which
+    breaks any list of dicts in the state dict (param_groups). The metadata
+    lists the shards that hold data and this rank's own zero-size one only
+    (the other ranks' would add W entries per tensor; no check needs them)."""
+    if sl.numel == 0:  # nothing to shard: a ShardedTensor needs a non-empty shard somewhere
         return local.clone()
-    dev = str(local.device)
+    dev, me = str(local.device), u.groups.rank
     metas = [ShardMetadata([lo], [hi - lo], f"rank:{r}/{dev}") for r, lo, hi in _g_parts(u, sl)]
+    mine = next((m for m in metas if m.placement is not None and m.placement.rank() == me), None)
+    if mine is None:
+        mine = ShardMetadata([sl.numel], [0], f"rank:{me}/{dev}")
+        metas.append(mine)
     lo, hi = u.local_range(sl, "G")
-    mine = [m for m in metas if m.placement is not None and m.placement.rank() == u.groups.rank]
-    assert (hi > lo) == bool(mine) and local.numel() == hi - lo, (sl.fqn, lo, hi, len(mine))
+    assert local.numel() == hi - lo == mine.shard_sizes[0], (sl.fqn, lo, hi, mine)
     props = TensorProperties(dtype=local.dtype, layout=torch.strided, requires_grad=False,
                              memory_format=torch.contiguous_format, pin_memory=False)
     meta = ShardedTensorMetadata(metas, torch.Size([sl.numel]), props)
-    shards = [Shard(local.contiguous(), mine[0])] if mine else []
-    return ShardedTensor._init_from_local_shards_and_global_metadata(shards, meta, process_group=u.groups.world)
+    return ShardedTensor._init_from_local_shards_and_global_metadata([Shard(local.contiguous(), mine)], meta,
+                                                                     process_group=u.groups.world)
 
 
 def _g_part(name: str, value: Any, sl: Slot, lo: int, hi: int) -> torch.Tensor:
@@ -159,9 +170,10 @@ def _gather_to_optim(u: Unit, gbuf: torch.Tensor) -> torch.Tensor:
 
 def sharded_state_dict(model: ParoModule) -> dict[str, Any]:
     """The model's parameters as ShardedTensors (each rank: its G part, in
-    the module's dtype) and its persistent buffers as plain tensors, by the
-    names of model.state_dict(): what dcp.save writes without gathering, and
-    the template dcp.load fills under another strategy or world size."""
+    the module's dtype) and its persistent buffers as plain tensors (rank
+    0's), by the names of model.state_dict(): what dcp.save writes without
+    gathering, and the template dcp.load fills under another strategy or
+    world size. Collective (the buffers' broadcast)."""
     out: dict[str, Any] = {}
     for u, named in _units(model):
         a, _ = u.layout.range(u.strategy.optim)
@@ -169,9 +181,27 @@ def sharded_state_dict(model: ParoModule) -> dict[str, Any]:
             lo, hi = u.local_range(sl, "G")
             start = sl.offset + lo - a
             out[name] = _shard(u, sl, u.master[start:start + hi - lo].detach().clone())
-    for name, b in _buffers(model).items():
-        out[name] = b.detach().clone()
+    out.update(_rank0_buffers(model))
     return out
+
+
+def _rank0_buffers(model: ParoModule) -> dict[str, torch.Tensor]:
+    """Copies of the persistent buffers as world rank 0 holds them (the
+    ones every rank takes at the next forward, as DDP's): the ranks' own may
+    differ (BatchNorm's statistics of their own batches), and DCP writes a
+    plain tensor once, from whichever rank it picks."""
+    bufs = {name: b.detach().clone() for name, b in _buffers(model).items()}
+    moves = model._paro_pass.moves
+    for dtype in sorted({b.dtype for b in bufs.values()}, key=str):  # as Pass._sync_buffers
+        same = [b for b in bufs.values() if b.dtype == dtype and b.numel()]
+        if same:
+            flat = torch.cat([b.reshape(-1) for b in same])
+            moves.run(partial(moves.broadcast, flat))
+            off = 0
+            for b in same:
+                b.copy_(flat[off:off + b.numel()].view_as(b))
+                off += b.numel()
+    return bufs
 
 
 def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool = True) -> None:
@@ -251,13 +281,13 @@ def _init_state(optimizer: torch.optim.Optimizer) -> None:
     for p in params:
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
-    lrs = [g["lr"] for g in optimizer.param_groups]
+    lrs = [(g, g["lr"]) for g in optimizer.param_groups if "lr" in g]
     try:
-        for g in optimizer.param_groups:
-            g["lr"] = torch.zeros_like(g["lr"]) if isinstance(g["lr"], torch.Tensor) else 0.0
+        for g, lr in lrs:
+            g["lr"] = torch.zeros_like(lr) if isinstance(lr, torch.Tensor) else 0.0
         optimizer.step()
     finally:
-        for g, lr in zip(optimizer.param_groups, lrs, strict=True):
+        for g, lr in lrs:
             g["lr"] = lr
         for p in params:
             p.grad = None

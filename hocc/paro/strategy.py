@@ -4,27 +4,29 @@ default) or G (sharded over all ranks); and the schedule of collectives each
 one implies. No torch: the wrapper runs this schedule and the cost model
 prices it, so both read the same data.
 
-The layout the schedule assumes (hocc/paro/layout.py builds it): the flat
-parameter vector, padded to W blocks of B elements, block r belongs to world
-rank r (the G shard); a rank's I shard is the blocks of its rail (the ranks at
-the same position on every host, in rank order), so I -> G is a reduce-scatter
-over the rail and G -> I an all-gather over it, while N <-> I runs inside the
-host and N <-> G over the world (which hocc itself runs hierarchically).
+The layout the schedule assumes (hocc/paro/layout.py): a unit's flat vector,
+padded to W blocks, rail-major: the I shard of intra-group position l is one
+contiguous range holding the G blocks of rail l's members, in rail order. So
+I -> G is a reduce-scatter over the rail and G -> I an all-gather over it,
+N <-> I runs inside the host, and N <-> G over the world is the two of them in
+sequence (rail stage and host stage: HO-Ring's two stages, with no block
+permuted).
 
 Which collectives, over which scope, how often (A micro-steps per optimizer step):
 
   per micro-step   p = I: all-gather parameters inside the host (I -> N)
                    p = G: all-gather parameters over the world (G -> N)
+                   (paro_shard gathers for forward and again for backward, except the root's)
                    g = I: reduce-scatter the micro-step's gradients inside the host (N -> I)
                    g = G: reduce-scatter them over the world (N -> G)
                    (g = N accumulates locally: nothing moves)
-  per opt. step    gradients to the optimizer's scope, from what accumulated:
+  per opt. step    gradients to the optimizer's scope, from what accumulated (at the synced backward):
                      g = N, os = N: all-reduce over the world
                      g = N, os = I: reduce-scatter in the host, all-reduce over the rail
                      g = N, os = G: reduce-scatter over the world
                      g = I, os = I: all-reduce over the rail
                      g = I, os = G: reduce-scatter over the rail
-                   updated parameters back to their scope:
+                   updated parameters back to their scope (at the next forward):
                      os = G, p = N: all-gather over the world
                      os = G, p = I: all-gather over the rail
                      os = I, p = N: all-gather inside the host
