@@ -18,7 +18,7 @@ from torch import nn
 from hocc.paro import PAPER_STRATEGIES, all_strategies, parse
 from tests.worlds import run_world
 
-STEPS, ACCUM = 3, 3
+STEPS, ACCUM = 2, 2
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
@@ -136,10 +136,10 @@ def expected_calls(strategy: str, units: int) -> list[tuple[str, str, str, str]]
 
 
 def _every_strategy(rank: int, world: int) -> None:
-    for opt in OPTIMIZERS:
+    for opt in OPTIMIZERS:  # SGD over hocc's collectives, AdamW over torch's (the same PaRO logic, cheaper calls)
         want, _ = ddp_run(rank, opt)
         for strat in all_strategies():
-            model = wrap(strat.name)
+            model = wrap(strat.name, comm="hocc" if opt == "sgd" else "torch")
             units = model.paro_units()
             assert len(units) == 4 and units[0].groups.n_groups == 2 and units[0].groups.group_size == 4
             names = {n for n, _ in model.named_parameters()}
@@ -201,8 +201,15 @@ def _training_needs(rank: int, world: int) -> None:
     dist.barrier()
 
 
-def test_clip_frozen_buffers_mixed_precision() -> None:
-    run_world(8, _training_needs, env={"HOCC_TOPOLOGY": "2x4"})
+def _needs_and_peak(rank: int, world: int) -> None:
+    _training_needs(rank, world)
+    _peak_memory(rank, world)
+
+
+def test_clip_frozen_buffers_mixed_precision_peak_memory() -> None:
+    """One world (starting ranks is much of a test's time): clipping, frozen parameters, buffers, bf16, one
+    unit on strided groups; then every strategy's peak memory against the guideline."""
+    run_world(8, _needs_and_peak, env={"HOCC_TOPOLOGY": "2x4"})
 
 
 class Deep(nn.Module):
@@ -224,27 +231,30 @@ class Deep(nn.Module):
 
 def _peak_memory(rank: int, world: int) -> None:
     """Every strategy, fp32 and bf16 with fp32 reduction: the peak the Probe measures during forward and
-    backward is within 10% of what the guideline predicts, and above what is held at rest."""
+    backward is within 10% of what the guideline predicts, and above what is held at rest. On torch's
+    own collectives (what is held does not depend on who moves it, and they cost less per call)."""
     from hocc.paro import paro_shard
     from hocc.paro.memory import StateBytes, memory_per_rank, peak_per_rank
     from hocc.paro.probe import Probe
 
-    cases = [(s.name, None) for s in all_strategies()] + [("IIG", torch.bfloat16), ("NNG", torch.bfloat16)]
+    cases = [(s.name, None) for s in all_strategies()] + [("IIG", torch.bfloat16)]
     for strat, dtype in cases:
         model = Deep()
         mp = {"param_dtype": dtype, "reduce_dtype": torch.float32} if dtype else {}
+        mp["comm"] = "torch"
         for b in model.blocks:
             paro_shard(b, strat, **mp)  # type: ignore[arg-type]
         paro_shard(model, strat, **mp)  # type: ignore[arg-type]
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x = torch.randn(4, 24, dtype=dtype or torch.float32)
-        for _step in range(2):  # the second step is measured: the optimizer's states exist by then
-            with Probe(model, opt) as probe:
-                for m in range(2):
-                    with model.no_sync() if m == 0 else _Nothing():  # type: ignore[operator]
-                        model(x).float().sum().backward()
-            opt.step()
-            opt.zero_grad()
+        model(x).float().sum().backward()  # a first step, so that the optimizer's states exist
+        opt.step()
+        opt.zero_grad()
+        with Probe(model, opt) as probe:  # measured: a step of two micro-steps
+            for m in range(2):
+                with model.no_sync() if m == 0 else _Nothing():  # type: ignore[operator]
+                    model(x).float().sum().backward()
+        opt.step()
         units = model.paro_units()
         per = StateBytes(2, 2, 12, 4, reduce=4) if dtype else StateBytes(4, 4, 12, 4)
         pred = peak_per_rank(strat, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, world, 4, per, 2)
@@ -261,10 +271,6 @@ class _Nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-def test_peak_memory_as_predicted() -> None:
-    run_world(8, _peak_memory, env={"HOCC_TOPOLOGY": "2x4"})
 
 
 def test_parse_and_reject() -> None:

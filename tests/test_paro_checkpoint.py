@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hocc.paro import all_strategies
 from tests.worlds import run_world
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -51,12 +52,14 @@ class Net(nn.Module):
 
 
 def wrap(strategy: str, seed: int = 0) -> Any:
+    """On torch's own collectives: checkpoints move the same bytes either way, and tests/test_paro.py
+    runs every strategy on hocc's."""
     from hocc.paro import paro_shard
 
     net = Net(seed)
     for b in net.blocks:
-        paro_shard(b, strategy)
-    return paro_shard(net, strategy)
+        paro_shard(b, strategy, comm="torch")
+    return paro_shard(net, strategy, comm="torch")
 
 
 def adamw(model: nn.Module, lr: float) -> torch.optim.Optimizer:
@@ -210,7 +213,7 @@ def _load_on_4(rank: int, world: int, root: str) -> None:
     from hocc.paro.checkpoint import full_state_dict, load, load_full_state_dict
 
     ref = torch.load(f"{root}/ref.pt")
-    for strat in ("NNN", "III", "NGG"):
+    for strat in [s.name for s in all_strategies()]:  # every strategy loads what 2x4 ranks saved under IIG
         model = wrap(strat, seed=1)
         opt = adamw(model, lr=0.5)
         load(model, opt, f"{root}/ckpt")
@@ -219,7 +222,8 @@ def _load_on_4(rank: int, world: int, root: str) -> None:
         assert got.pop("lr") == ref["optim"]["lr"] == [0.01, 0.01]
         assert_equal(f"8 -> 4 ranks, {strat}: optimizer state", got,
                      {k: v for k, v in ref["optim"].items() if k != "lr"})
-        train(model, opt, rank, range(3, 4))  # and it trains on
+        if strat in ("NNN", "III", "NGG"):
+            train(model, opt, rank, range(3, 4))  # and it trains on
     # a full state dict: an unwrapped model's (buffers moved off their defaults) into a wrapped one
     plain = Net(seed=2)
     plain(torch.randn(6, 7))

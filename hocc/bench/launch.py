@@ -3,7 +3,9 @@
 Ranks start from a forkserver that has imported torch once, not as fresh
 interpreters: 8 spawned ranks that each import torch cost about 8 s of CPU on a
 2-core machine before any collective runs (an 8-rank test world: 12.4 s with
-spawn, 3.9 s from the forkserver). Only torch is preloaded. Each rank gets the
+spawn, 3.9 s from the forkserver). torch is preloaded, and torch._dynamo,
+which DDP and FSDP import when first built (about 1.9 s of CPU per rank: 10 s
+for an 8-rank world on 2 cores). Each rank gets the
 caller's environment of the moment (the server keeps the one it started with)
 before the caller's function runs; hocc, imported as the rank unpickles this
 module's entry, reads its HOCC_* settings only at first use, so a rank behaves
@@ -19,7 +21,7 @@ from typing import Any
 import torch.multiprocessing as mp
 
 START_METHOD = "forkserver"
-mp.get_context(START_METHOD).set_forkserver_preload(["torch", "torch.distributed"])
+mp.get_context(START_METHOD).set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo"])
 
 
 def _entry(rank: int, env: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -77,7 +77,7 @@ class Moves:
         if self._width(where) == 1:
             out.copy_(inp)
         elif self.comm == "torch":
-            dist.all_gather_into_tensor(out, inp, group=self._pg(where))
+            dist.all_gather_single(out, inp, group=self._pg(where))
         else:
             hocc.all_gather_into_tensor(out, inp, group=self._pg(where), algo=self.algo)
 
@@ -85,7 +85,7 @@ class Moves:
         if self._width(where) == 1:
             out.copy_(inp)
         elif self.comm == "torch":
-            dist.reduce_scatter_tensor(out, inp, group=self._pg(where))
+            dist.reduce_scatter_single(out, inp, group=self._pg(where))
         else:
             hocc.reduce_scatter_tensor(out, inp, group=self._pg(where), algo=self.algo)
 
