@@ -189,6 +189,14 @@ def _training_needs(rank: int, world: int) -> None:
         assert u.full.dtype == torch.bfloat16 and u.master.dtype == torch.float32
         train(model, OPTIMIZERS["adamw"](model), rank, dtype=torch.bfloat16)
         check_close(rank, f"{strat} bf16", model, want, atol=3e-2, rtol=0)
+    # a forward that raises (a wrong input shape) leaves the model as it was: the next steps train as DDP's
+    model = wrap("IIG")
+    opt = OPTIMIZERS["adamw"](model)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        model(torch.randn(4, 3))
+    assert all(p.dim() == 1 for p in model.parameters())  # the optimizer's shards are shown again
+    train(model, opt, rank)
+    check_close(rank, "after a failed forward", model, ddp_run(rank, "adamw")[0])
     # one unit alone (the old whole-model wrapper's case), on explicit strided intra-groups
     model = paro_shard(Net(), "IIG", intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
     assert model.paro_units()[0].groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]

@@ -322,7 +322,8 @@ def paro_shard(module: nn.Module, strategy: str | Strategy, *, groups: Groups | 
     object.__setattr__(module, "_paro_unit", unit)
     object.__setattr__(module, "_paro_pass", shared)
     module.register_forward_pre_hook(lambda m, _a: m._paro_pass.pre_forward(m._paro_unit))
-    module.register_forward_hook(lambda m, _a, out: m._paro_pass.post_forward(m._paro_unit, out))
+    # always_call: a forward that raises still shows the optimizer's parameters again and ends the pass
+    module.register_forward_hook(lambda m, _a, out: m._paro_pass.post_forward(m._paro_unit, out), always_call=True)
     for sl, cp in zip(unit.slots, unit.compute, strict=True):
         if sl.trainable:
             cp.register_post_accumulate_grad_hook(lambda _p, m=module: m._paro_pass.grad_ready(m._paro_unit))
