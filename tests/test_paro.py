@@ -158,6 +158,64 @@ def test_every_strategy_matches_ddp_on_2x4() -> None:
     run_world(8, _every_strategy, env={"HOCC_TOPOLOGY": "2x4"})
 
 
+class _Boxed:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+
+class _BoxedBlock(Block):
+    """Returns its output inside an object that is no pytree."""
+
+    def forward(self, x: torch.Tensor) -> _Boxed:  # type: ignore[override]
+        return _Boxed(super().forward(x))
+
+
+class Lora(nn.Module):
+    """A frozen linear layer and a trainable low-rank adapter beside it, in one unit."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(n_in, n_out).requires_grad_(False)
+        self.a = nn.Linear(n_in, 2, bias=False)
+        self.b = nn.Linear(2, n_out, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x) + self.b(self.a(x)))
+
+
+class Other(nn.Module):
+    """'lora': LoRA blocks; 'tied': the head's weight is the input layer's; 'fused': the plain Net's shape."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(7, 7)
+        mk = (lambda: Lora(7, 7)) if kind == "lora" else (lambda: Block(7, 7))
+        self.blocks = nn.ModuleList([mk(), mk()])
+        self.head = nn.Linear(7, 7)
+        if kind == "tied":
+            self.head.weight = self.inp.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)[:, :5]
+
+
+def _other_optimizer(model: nn.Module, kind: str) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=0.01, fused=kind == "fused")
+
+
+def _ddp_other(rank: int, kind: str) -> tuple[dict[str, torch.Tensor], list[float]]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = Other(kind)
+    model = DDP(net)
+    train(model, _other_optimizer(model, kind), rank)
+    return {k: v.detach().clone() for k, v in net.state_dict().items() if k != "head.weight" or kind != "tied"}, []
+
+
 def _training_needs(rank: int, world: int) -> None:
     from hocc.paro import paro_shard
 
@@ -197,6 +255,20 @@ def _training_needs(rank: int, world: int) -> None:
     assert all(p.dim() == 1 for p in model.parameters())  # the optimizer's shards are shown again
     train(model, opt, rank)
     check_close(rank, "after a failed forward", model, ddp_run(rank, "adamw")[0])
+    # a unit that mixes frozen and trainable weights (a LoRA adapter), a weight tied inside the root,
+    # and a fused optimizer (which does not bump version counters): as DDP
+    for kind, strat in (("lora", "GGG"), ("lora", "IIG"), ("tied", "IIG"), ("tied", "NNG"), ("fused", "NNG")):
+        want, _ = _ddp_other(rank, kind)
+        model = Other(kind)
+        for b in model.blocks:
+            paro_shard(b, strat)
+        paro_shard(model, strat)
+        train(model, _other_optimizer(model, kind), rank)
+        check_close(rank, f"{kind} {strat}", model, want)
+    # a unit whose output is an object hocc cannot see into: a clear error, not zero gradients
+    boxed = paro_shard(_BoxedBlock(7, 13), "IIG")
+    with pytest.raises(RuntimeError, match="got gradients before its backward began"):
+        boxed(torch.randn(4, 7)).t.sum().backward()
     # one unit alone (the old whole-model wrapper's case), on explicit strided intra-groups
     model = paro_shard(Net(), "IIG", intra_groups=[[0, 2, 4, 6], [1, 3, 5, 7]])
     assert model.paro_units()[0].groups.rails == [(0, 1), (2, 3), (4, 5), (6, 7)]

@@ -16,6 +16,7 @@ them in submission order, so the order on the wire is the same everywhere.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -25,6 +26,10 @@ import torch.distributed as dist
 
 import hocc
 from hocc.paro.layout import Groups
+
+TRACE = 4096  # collectives each Moves remembers
+_LOCK = threading.Lock()
+_WORKERS: dict[int, ThreadPoolExecutor] = {}  # by id of a Groups (build_groups keeps every Groups alive)
 
 
 class Logged(NamedTuple):
@@ -45,26 +50,23 @@ class Moves:
         if comm not in ("hocc", "torch"):
             raise ValueError(f"comm must be 'hocc' or 'torch', got {comm!r}")
         self.groups, self.comm, self.algo = groups, comm, algo
-        self.trace: list[Logged] = []
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self.trace: deque[Logged] = deque(maxlen=TRACE)  # the latest collectives, for tests and inspection
 
     # -- the worker ---------------------------------------------------------------
     def submit(self, fn: Callable[[], Any]) -> Future[Any]:
-        """Run fn on the worker, after everything submitted before it."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hocc-paro")
-            return self._pool.submit(fn)
+        """Run fn on the worker, after everything submitted before it. One
+        worker per Groups: two models on the same groups (a GAN, a teacher)
+        still put their collectives on the wire in one order."""
+        with _LOCK:
+            pool = _WORKERS.get(id(self.groups))
+            if pool is None:
+                pool = _WORKERS[id(self.groups)] = ThreadPoolExecutor(1, thread_name_prefix="hocc-paro")
+        return pool.submit(fn)
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Run fn on the worker and wait for it (keeps the wire order)."""
         return self.submit(fn).result()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
     # -- single collectives -------------------------------------------------------
     def _pg(self, where: str) -> dist.ProcessGroup:

@@ -68,14 +68,22 @@ class Pass:
 
     # -- order and prefetch -----------------------------------------------------------
     def _next(self, unit: Unit, step: int) -> Unit | None:
-        if self.order is None or unit not in self.order:
+        """The unit after (step +1) or before (-1) this one in forward order;
+        the root's forward and backward come first, so for it the first unit's
+        forward and the last unit's backward."""
+        if not self.order:
             return None
+        if unit not in self.order:
+            return self.order[0] if step > 0 else self.order[-1]
         i = self.order.index(unit) + step
         return self.order[i] if 0 <= i < len(self.order) else None
 
     def gather(self, unit: Unit, wait: bool) -> None:
         fut = self.gathering.pop(id(unit), None)
-        if (fut is None and not unit.gathered) or (fut is None and unit.stale()):
+        if fut is not None and unit.stale():  # prefetched before an optimizer step: gather again
+            fut.result()
+            fut = None
+        if fut is None and (not unit.gathered or unit.stale()):
             fut = self.moves.submit(unit.gather_move())
         if fut is not None:
             if wait or not self.overlap:
@@ -93,7 +101,8 @@ class Pass:
     def prefetch(self, unit: Unit | None) -> None:
         if not self.overlap:
             return
-        if unit is not None and unit is not self.owner and id(unit) not in self.gathering and not unit.gathered:
+        if (unit is not None and unit is not self.owner and id(unit) not in self.gathering
+                and (not unit.gathered or unit.stale())):
             self.gather(unit, wait=False)
 
     def sample(self, where: str) -> None:
@@ -107,7 +116,8 @@ class Pass:
                 self._abandon()
             self.owner = unit
             self._seen = []
-            self.sync_now = self.sync
+            if torch.is_grad_enabled():  # an evaluation pass leaves the pending backward's choice alone
+                self.sync_now = self.sync
             if self.broadcast_buffers and self.buffers_due:
                 self._sync_buffers()
         self._seen.append(unit)
@@ -160,6 +170,11 @@ class Pass:
         self.sample(f"backward {unit.module.__class__.__name__}")
 
     def grad_ready(self, unit: Unit) -> None:
+        if unit.gfull is None and not unit.reduced:
+            raise RuntimeError(
+                f"paro_shard: {type(unit.module).__name__}'s parameters got gradients before its backward began; "
+                f"its forward's output holds no tensor hocc found (tensors, lists, tuples, dicts and other "
+                f"pytrees are searched). Return tensors from a wrapped module, or wrap its parent instead")
         unit.ready += 1
         if unit.ready == unit.n_trainable and not unit.reduced:
             self.post_backward(unit)
@@ -169,7 +184,8 @@ class Pass:
         reduction in flight while autograd computes, so at most two units'
         gradient buffers are held whole (FSDP2 bounds its memory the same way)."""
         self.pending.append((unit, self.moves.submit(unit.reduce_move(self.sync_now))))
-        self.free(unit)
+        if unit.n_trainable == len(unit.slots):  # frozen weights may still be read for the input's gradient
+            self.free(unit)
         self.sample(f"reduce {unit.module.__class__.__name__}")
         if len(self.pending) > (1 if self.overlap else 0):
             self._settle(len(self.pending) - (1 if self.overlap else 0))
@@ -209,25 +225,25 @@ class Pass:
 
 
     def _abandon(self) -> None:
+        """After a backward that raised: wait for its moves, and drop what it
+        and the micro-steps before it accumulated (that step's gradients are lost)."""
         for _, fut in self.pending:
             fut.exception()
         self.pending.clear()
         for unit in self.units:
             unit.done_moving()
             self.free(unit)
-            unit.reduced, unit.ready, unit.gfull = False, 0, None
+            unit.reduced, unit.ready, unit.gfull, unit.gacc, unit.ograd = False, 0, None, None, None
+            for cp in unit.compute:
+                cp.grad = None
         self.in_backward = False
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _tensors(o)
+    """The tensors in a forward's output (any pytree: tensors, lists, tuples, dicts, named tuples, ...)."""
+    from torch.utils._pytree import tree_leaves
+
+    return (t for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
 
 
 class ParoModule:
@@ -312,7 +328,6 @@ def paro_shard(module: nn.Module, strategy: str | Strategy, *, groups: Groups | 
                 u.moves = moves
                 shared.units.append(u)
             adopted.discard(id(m._paro_pass))
-            m._paro_pass.moves.close()
         m._paro_pass = shared
     shared.units.append(unit)
     if broadcast_buffers:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from hocc.paro.layout import Groups, Layout
 from hocc.paro.moves import Moves
@@ -49,6 +50,7 @@ class Slot:
     shape: torch.Size
     offset: int         # where it starts in the flat vector
     trainable: bool
+    aliases: tuple[tuple[nn.Module, str], ...] = ()  # other (module, attribute) names of a tied parameter
 
     @property
     def numel(self) -> int:
@@ -65,15 +67,20 @@ def _alloc(t: torch.Tensor) -> None:
         t.untyped_storage().resize_(need)
 
 
-def owned_parameters(module: nn.Module) -> list[tuple[str, nn.Module, str, nn.Parameter]]:
+def owned_parameters(module: nn.Module,
+                     aliases: dict[int, list[tuple[nn.Module, str]]] | None = None,
+                     ) -> list[tuple[str, nn.Module, str, nn.Parameter]]:
     """(fqn, owner, attr, parameter) of `module` not inside an inner unit,
-    each parameter once (the first name of a tied one)."""
+    each parameter once, under its first name; the other names of a tied one
+    go to `aliases` (by the parameter's id)."""
     out: list[tuple[str, nn.Module, str, nn.Parameter]] = []
     seen: set[int] = set()
 
     def walk(m: nn.Module, prefix: str) -> None:
         for attr, p in m._parameters.items():
-            if p is not None and id(p) not in seen:
+            if p is not None and id(p) in seen and aliases is not None:
+                aliases.setdefault(id(p), []).append((m, attr))
+            elif p is not None:
                 seen.add(id(p))
                 out.append((prefix + attr, m, attr, p))
         for name, child in m._modules.items():
@@ -87,7 +94,8 @@ def owned_parameters(module: nn.Module) -> list[tuple[str, nn.Module, str, nn.Pa
 class Unit:
     def __init__(self, module: nn.Module, strategy: Strategy, groups: Groups, moves: Moves,
                  param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None) -> None:
-        found = owned_parameters(module)
+        tied_names: dict[int, list[tuple[nn.Module, str]]] = {}
+        found = owned_parameters(module, tied_names)
         tied = _tied_elsewhere(found)
         if tied:
             raise ValueError(f"paro_shard: parameter {tied} is shared with a module outside this unit; wrap the "
@@ -97,11 +105,11 @@ class Unit:
         if len(dtypes) > 1 or (params and not params[0].is_floating_point()):
             raise ValueError(f"paro_shard needs the parameters of a unit in one floating dtype, got "
                              f"{sorted(map(str, dtypes))}; cast the module first (module.float())")
-        _take(params)
         devices = {p.device for p in params}
         if len(devices) > 1:
             raise ValueError(f"paro_shard: the unit's parameters are on several devices {sorted(map(str, devices))}; "
                              f"move the module to one device")
+        _take(params)
         self.module, self.strategy, self.groups, self.moves = module, strategy, groups, moves
         self.dtype = params[0].dtype if params else torch.float32
         self.device = params[0].device if params else torch.device("cpu")
@@ -109,7 +117,7 @@ class Unit:
         self.reduce_dtype = reduce_dtype or self.param_dtype
         slots, off = [], 0
         for fqn, owner, attr, p in found:
-            slots.append(Slot(fqn, owner, attr, p.shape, off, p.requires_grad))
+            slots.append(Slot(fqn, owner, attr, p.shape, off, p.requires_grad, tuple(tied_names.get(id(p), ()))))
             off += p.numel()
         self.slots: list[Slot] = slots
         self.layout = Layout.of(off, groups)
@@ -132,6 +140,7 @@ class Unit:
                                                                     device=self.device)
         del flat
         self._seen = self.master._version
+        self.stepped = False
         # the module's parameters between passes (the optimizer's) and during them (autograd's)
         self.sharded = [self._sharded_param(sl) for sl in slots]
         self.compute = []
@@ -149,6 +158,8 @@ class Unit:
         self.ready = 0            # trainable parameters whose gradient arrived this backward
         self.inflight: list[torch.Tensor] = []  # buffers a submitted move still uses
         self.register(self.sharded)
+        for sp in self.sharded:
+            _OWNER[id(sp)] = weakref.ref(self)
 
     # -- the parameters the module shows --------------------------------------------
     def _sharded_param(self, sl: Slot) -> nn.Parameter:
@@ -170,16 +181,21 @@ class Unit:
     def register(self, params: list[nn.Parameter]) -> None:
         for sl, p in zip(self.slots, params, strict=True):
             sl.owner._parameters[sl.attr] = p
+            for owner, attr in sl.aliases:  # a weight tied inside the unit: every name shows the same one
+                owner._parameters[attr] = p
 
     # -- parameters: o -> p after an update, p -> N for compute ------------------------
     def stale(self) -> bool:
-        return self.master._version != self._seen
+        """master changed since pstore was made from it: an optimizer stepped
+        over this unit's parameters (every rank steps: the hook below), a load
+        wrote it, or an in-place update bumped its version counter."""
+        return self.stepped or self.master._version != self._seen
 
     def gather_move(self) -> Any:
         """What the worker runs to make `full` whole (refreshing pstore first if
         the optimizer changed master); call on the main thread."""
         s, refresh = self.strategy, self.stale()
-        self._seen = self.master._version
+        self._seen, self.stepped = self.master._version, False
         if s.params != "N":
             _alloc(self.full)
         self.gathered = True
@@ -293,6 +309,24 @@ class Unit:
             if sp.grad is not None:
                 yield "grads", sp.grad
 
+
+# the unit of each optimizer parameter, by id (weakly): an optimizer step marks it stale
+_OWNER: dict[int, weakref.ref[Unit]] = {}
+
+
+def _after_step(optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+    """After any optimizer's step: the units whose parameters it holds refresh
+    pstore at their next forward. By the step, not by version counters, which
+    fused optimizers and .data updates do not bump."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            ref = _OWNER.get(id(p))
+            unit = ref() if ref is not None else None
+            if unit is not None and any(sp is p for sp in unit.sharded):
+                unit.stepped = True
+
+
+register_optimizer_step_post_hook(_after_step)
 
 # every parameter a unit took over, by id (weakly), to catch one tied across units
 _TAKEN: dict[int, weakref.ref[nn.Parameter]] = {}
