@@ -4,7 +4,7 @@ The usual ZeRO accounting: for P parameters in mixed precision with Adam,
 parameters 2P bytes, gradients 2P, optimizer states 12P (fp32 master copy,
 momentum, variance); each divided by 1, G (the intra-group's size) or W (all
 ranks) by its scope letter. Counted in elements of the padded flat vector
-that ParoDP holds (W blocks of ceil(P/W)), so the prediction is exact for it.
+that paro_shard holds (W blocks of ceil(P/W)), so the prediction is exact for it.
 
 `memory_per_rank` is what a rank holds between the micro-steps of an
 accumulation (gradients at scope g); `peak_per_rank` adds what a pass
