@@ -19,9 +19,11 @@ How a pass runs (the hooks below):
 - backward of a unit: gather again, prefetch the unit before it; when the
   last gradient of the unit lands, its reduction goes to the worker and the
   parameters are freed;
-- end of backward: every unit is reduced (zeros for one not used, so every
-  rank issues the same collectives), the worker is waited for, and after a
-  synced backward each optimizer parameter gets its .grad.
+- end of backward: every unit is reduced (zeros for one no rank used), the
+  worker is waited for, and after a synced backward each optimizer parameter
+  gets its .grad. Every rank must use the same units in a pass (as DDP
+  without find_unused_parameters): a unit's reduction is issued when its
+  last gradient lands, which must happen in the same order everywhere.
 Outside a forward or a backward no PaRO collective is in flight, so the
 caller's own collectives (a loss all-reduce, say) are safe there.
 """
