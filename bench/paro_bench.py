@@ -52,7 +52,7 @@ from tiny_gpt import batch, build_model
 
 import hocc
 from hocc.paro import paro_shard
-from hocc.paro.memory import StateBytes, peak_per_rank
+from hocc.paro.memory import StateBytes
 from hocc.paro.probe import Probe
 
 
@@ -166,7 +166,7 @@ def timed_steps(r: Runner, steps: int) -> list[float]:
     return out
 
 
-def measure_memory(r: Runner, base: int, world: int, group_size: int) -> dict[str, Any]:
+def measure_memory(r: Runner, base: int) -> dict[str, Any]:
     """One more step, watched: RSS above the baseline, and for PaRO the states' peak and the prediction."""
     dist.barrier()
     probe = Probe(r.model, r.optim) if r.paro is not None else None
@@ -176,9 +176,7 @@ def measure_memory(r: Runner, base: int, world: int, group_size: int) -> dict[st
     if probe is not None:
         out["states_peak"] = probe.peak.as_dict() | {"total": probe.peak.total}
     if probe is not None and not r.entry.endswith(":serial"):  # the guideline's model prefetches
-        units = r.model.paro_units()  # type: ignore[operator]
-        pred = peak_per_rank(r.paro, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, world,
-                             group_size, StateBytes(4, 4, 12, 4), r.accum)
+        pred = probe.predicted(StateBytes(4, 4, 12, 4), r.accum)
         out["states_predicted"] = pred.as_dict() | {"total": pred.total}
     return out
 
@@ -216,7 +214,7 @@ def main() -> int:
             r.step()  # warm-up: plans, buffers, optimizer states
             times[e] += timed_steps(r, a.steps)
             if rnd == 0:
-                memory[e] = measure_memory(r, base, world, gsize)
+                memory[e] = measure_memory(r, base)
             if rank == 0:
                 print(f"# round {rnd} {e}: " + " ".join(f"{t:.3f}" for t in times[e][-a.steps:]) + " s",
                       flush=True)

@@ -28,7 +28,7 @@ from tiny_gpt import batch, build_model
 
 import hocc
 from hocc.paro import all_strategies, paro_shard
-from hocc.paro.memory import StateBytes, memory_per_rank, peak_per_rank
+from hocc.paro.memory import StateBytes, memory_per_rank
 from hocc.paro.probe import Probe
 
 
@@ -71,8 +71,7 @@ def main() -> int:
         step(probe)
         units = model.paro_units()
         group = units[0].groups.group_size
-        pred = peak_per_rank(s.name, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, world, group,
-                             per, a.accum)
+        pred = probe.predicted(per, a.accum)
         rest = memory_per_rank(s.name, sum(u.layout.numel for u in units), world, group, per)
         rows.append((s.name, probe.peak, pred, rest, probe.where))
     if rank == 0:

@@ -26,7 +26,7 @@ from torch import nn
 
 import hocc
 from hocc.paro import paro_shard
-from hocc.paro.memory import StateBytes, peak_per_rank
+from hocc.paro.memory import StateBytes
 from hocc.paro.probe import Probe
 
 
@@ -81,10 +81,8 @@ def main() -> int:
         if rank == 0 and (step % 5 == 0 or step == a.steps - 1):
             print(f"step {step:3d}  loss {total:.4f}  {dt * 1e3:.0f} ms", flush=True)
     if rank == 0:
-        units = model.paro_units()
         per = StateBytes(2, 2, 12, 4, reduce=4) if a.bf16 else StateBytes(4, 4, 12, 4)
-        want = peak_per_rank(a.strategy, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, g.size,
-                             g.group_size, per, a.accum)
+        want = probe.predicted(per, a.accum)
         print(f"# peak memory of the model states per rank (bytes): measured {probe.peak.as_dict()} "
               f"({probe.peak.total}), predicted {want.as_dict()} ({want.total})")
     hocc.reset_engines()

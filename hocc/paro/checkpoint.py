@@ -45,15 +45,12 @@ if TYPE_CHECKING:
 def full_state_dict(model: ParoModule) -> dict[str, torch.Tensor]:
     """Every parameter whole, in its own shape and the module's dtype, and
     every buffer, by the names of model.state_dict(); on every rank."""
-    p = model._paro_pass
     out: dict[str, torch.Tensor] = {}
-    prefix = {id(m): n + "." if n else "" for n, m in model.named_modules()}  # type: ignore[attr-defined]
-    for u in p.units:
+    for u, named in _units(model):
         flat = torch.empty(u.layout.padded, dtype=u.dtype, device=u.device)
-        p.moves.run(partial(u.moves.gather, flat, u.master, u.strategy.optim, "N", "load", "params"))
-        base = prefix[id(u.module)]
-        for sl in u.slots:
-            out[base + sl.fqn] = flat[sl.offset:sl.offset + sl.numel].view(sl.shape).clone()
+        u.moves.run(partial(u.moves.gather, flat, u.master, u.strategy.optim, "N", "load", "params"))
+        for name, _, sl in named:
+            out[name] = flat[sl.offset:sl.offset + sl.numel].view(sl.shape).clone()
     for name, b in model.named_buffers():  # type: ignore[attr-defined]
         out[name] = b.detach().clone()
     return out
@@ -176,11 +173,8 @@ def sharded_state_dict(model: ParoModule) -> dict[str, Any]:
     world size. Collective (the buffers' broadcast)."""
     out: dict[str, Any] = {}
     for u, named in _units(model):
-        a, _ = u.layout.range(u.strategy.optim)
         for name, _, sl in named:
-            lo, hi = u.local_range(sl, "G")
-            start = sl.offset + lo - a
-            out[name] = _shard(u, sl, u.master[start:start + hi - lo].detach().clone())
+            out[name] = _shard(u, sl, u.part(u.master, sl, "G", u.strategy.optim).detach().clone())
     out.update(_rank0_buffers(model))
     return out
 
@@ -191,16 +185,7 @@ def _rank0_buffers(model: ParoModule) -> dict[str, torch.Tensor]:
     differ (BatchNorm's statistics of their own batches), and DCP writes a
     plain tensor once, from whichever rank it picks."""
     bufs = {name: b.detach().clone() for name, b in _buffers(model).items()}
-    moves = model._paro_pass.moves
-    for dtype in sorted({b.dtype for b in bufs.values()}, key=str):  # as Pass._sync_buffers
-        same = [b for b in bufs.values() if b.dtype == dtype and b.numel()]
-        if same:
-            flat = torch.cat([b.reshape(-1) for b in same])
-            moves.run(partial(moves.broadcast, flat))
-            off = 0
-            for b in same:
-                b.copy_(flat[off:off + b.numel()].view_as(b))
-                off += b.numel()
+    model._paro_pass.moves.broadcast_all(list(bufs.values()))
     return bufs
 
 
@@ -227,22 +212,19 @@ def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool 
         for name, _, sl in named:
             lo, hi = u.local_range(sl, "G")
             if name in sd and hi > lo:
-                start = sl.offset + lo - g0
-                gbuf[start:start + hi - lo] = _g_part(name, sd[name], sl, lo, hi)
+                u.part(gbuf, sl, "G", "G")[:] = _g_part(name, sd[name], sl, lo, hi)
         present = [name in sd for name, _, _ in named]
         if not any(present):
             continue  # (the same on every rank: the keys are)
         out = _gather_to_optim(u, gbuf)
-        a, _ = u.layout.range(u.strategy.optim)
+        o = u.strategy.optim
         with torch.no_grad():  # in place: master's version changes, so the unit refreshes its copies
             if all(present):
                 u.master.copy_(out)
             else:  # strict=False: keep the parameters `sd` does not have
                 for (_, _, sl), here in zip(named, present, strict=True):
-                    lo, hi = u.local_range(sl, u.strategy.optim)
-                    if here and hi > lo:
-                        s = sl.offset + lo - a
-                        u.master[s:s + hi - lo] = out[s:s + hi - lo]
+                    if here:
+                        u.part(u.master, sl, o, o)[:] = u.part(out, sl, o, o)
     with torch.no_grad():
         for name, b in every.items():
             if name in sd:
@@ -342,7 +324,6 @@ def load_optim_state_dict(model: ParoModule, optimizer: torch.optim.Optimizer, s
     local: dict[str, dict[str, Any]] = {}
     for u, named in _units(model):
         o = u.strategy.optim
-        a, _ = u.layout.range(o)
         g0, g1 = u.layout.range("G")
         kinds = sorted({(key, v.metadata().tensor_properties.dtype) for name, _, _ in named
                         for key, v in saved.get(name, {}).items() if isinstance(v, ShardedTensor)}, key=str)
@@ -352,13 +333,10 @@ def load_optim_state_dict(model: ParoModule, optimizer: torch.optim.Optimizer, s
             for name, _, sl in have:
                 lo, hi = u.local_range(sl, "G")
                 if hi > lo:
-                    gbuf[sl.offset + lo - g0:sl.offset + hi - g0] = _g_part(f"{name}.{key}", saved[name][key], sl,
-                                                                            lo, hi)
+                    u.part(gbuf, sl, "G", "G")[:] = _g_part(f"{name}.{key}", saved[name][key], sl, lo, hi)
             out = _gather_to_optim(u, gbuf)
             for name, i, sl in have:
-                lo, hi = u.local_range(sl, o)
-                part = out[sl.offset + lo - a:sl.offset + hi - a] if hi > lo else out[:0]
-                local.setdefault(name, {})[key] = part.reshape(u.sharded[i].shape).clone()
+                local.setdefault(name, {})[key] = u.part(out, sl, o, o).reshape(u.sharded[i].shape).clone()
         for name, _, _ in named:
             for key, v in saved.get(name, {}).items():
                 if not isinstance(v, ShardedTensor):

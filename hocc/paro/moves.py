@@ -19,6 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -30,6 +31,11 @@ from hocc.paro.layout import Groups
 TRACE = 4096  # collectives each Moves remembers
 _LOCK = threading.Lock()
 _WORKERS: dict[int, ThreadPoolExecutor] = {}  # by id of a Groups (build_groups keeps every Groups alive)
+# op: (torch.distributed's call, hocc's)
+_CALLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "all_gather": (dist.all_gather_single, hocc.all_gather_into_tensor),
+    "reduce_scatter": (dist.reduce_scatter_single, hocc.reduce_scatter_tensor),
+}
 
 
 class Logged(NamedTuple):
@@ -76,20 +82,21 @@ class Moves:
         return {"host": self.groups.group_size, "rail": self.groups.n_groups, "world": self.groups.size}[where]
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, where: str) -> None:
-        if self._width(where) == 1:
-            out.copy_(inp)
-        elif self.comm == "torch":
-            dist.all_gather_single(out, inp, group=self._pg(where))
-        else:
-            hocc.all_gather_into_tensor(out, inp, group=self._pg(where), algo=self.algo)
+        self._one_way("all_gather", out, inp, where)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, where: str) -> None:
+        self._one_way("reduce_scatter", out, inp, where)
+
+    def _one_way(self, op: str, out: torch.Tensor, inp: torch.Tensor, where: str) -> None:
+        """An all-gather or reduce-scatter from `inp` into `out` (a copy alone)."""
         if self._width(where) == 1:
             out.copy_(inp)
-        elif self.comm == "torch":
-            dist.reduce_scatter_single(out, inp, group=self._pg(where))
+            return
+        theirs, ours = _CALLS[op]
+        if self.comm == "torch":
+            theirs(out, inp, group=self._pg(where))
         else:
-            hocc.reduce_scatter_tensor(out, inp, group=self._pg(where), algo=self.algo)
+            ours(out, inp, group=self._pg(where), algo=self.algo)
 
     def all_reduce(self, t: torch.Tensor, where: str) -> None:
         if self._width(where) == 1:
@@ -103,6 +110,19 @@ class Moves:
         """From world rank 0 (buffers); torch's own call, as DDP makes it."""
         self.trace.append(Logged("broadcast", "world", "micro", "buffers", t.numel()))
         dist.broadcast(t, 0, group=self.groups.world)
+
+    def broadcast_all(self, tensors: list[torch.Tensor]) -> None:
+        """World rank 0's values into every tensor, on the worker: one
+        broadcast per dtype, of the tensors flattened together."""
+        for dtype in sorted({t.dtype for t in tensors if t.numel()}, key=str):
+            same = [t for t in tensors if t.dtype == dtype and t.numel()]
+            flat = torch.cat([t.detach().reshape(-1) for t in same])
+            self.run(partial(self.broadcast, flat))
+            off = 0
+            with torch.no_grad():
+                for t in same:
+                    t.copy_(flat[off:off + t.numel()].view_as(t))
+                    off += t.numel()
 
     # -- scope moves --------------------------------------------------------------
     def gather(self, out: torch.Tensor, shard: torch.Tensor, src: str, dst: str, when: str, state: str) -> None:

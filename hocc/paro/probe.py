@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hocc.paro.memory import Memory
+from hocc.paro.memory import Memory, StateBytes, peak_per_rank
 
 
 class Probe:
@@ -51,6 +51,14 @@ class Probe:
                         if torch.is_tensor(v) and v.dim() > 0:
                             add("optim", v)
         return Memory(out["params"], out["grads"], out["optim"])
+
+    def predicted(self, per_param: StateBytes, accum: int) -> Memory:
+        """What the guideline predicts for this model: peak_per_rank of its
+        strategy, its units (the root last, as paro_shard adds it) and groups."""
+        units = self.model._paro_pass.units
+        g = units[0].groups
+        return peak_per_rank(units[0].strategy, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, g.size,
+                             g.group_size, per_param, accum)
 
     def sample(self, where: str) -> None:
         now = self.held()

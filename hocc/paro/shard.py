@@ -33,13 +33,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.autograd.graph import register_multi_grad_hook
+from torch.utils._pytree import tree_leaves
 
 from hocc.paro.layout import Groups, build_groups, intra_groups_of
 from hocc.paro.moves import Moves
@@ -150,16 +150,7 @@ class Pass:
 
     def _sync_buffers(self) -> None:
         """Rank 0's buffers to every rank, as DDP does at each forward."""
-        bufs = [b for b in self.root.buffers() if b is not None and b.numel()]
-        for dtype in sorted({b.dtype for b in bufs}, key=str):
-            same = [b for b in bufs if b.dtype == dtype]
-            flat = torch.cat([b.detach().reshape(-1) for b in same])
-            self.moves.run(partial(self.moves.broadcast, flat))
-            off = 0
-            with torch.no_grad():
-                for b in same:
-                    b.copy_(flat[off:off + b.numel()].view_as(b))
-                    off += b.numel()
+        self.moves.broadcast_all([b for b in self.root.buffers() if b is not None])
 
     # -- backward ----------------------------------------------------------------------
     def pre_backward(self, unit: Unit) -> None:
@@ -207,10 +198,7 @@ class Pass:
 
     def finish_backward(self) -> None:
         try:
-            for unit in reversed(self.order or self.units):
-                if not unit.reduced:
-                    self.post_backward(unit)
-            for unit in self.units:
+            for unit in [*reversed(self.order or self.units), *self.units]:  # the order's, then the root
                 if not unit.reduced:
                     self.post_backward(unit)
             self._settle(len(self.pending))
@@ -224,7 +212,6 @@ class Pass:
                 self.free(unit)
                 unit.reduced, unit.ready = False, 0
             self.in_backward = False
-
 
     def _abandon(self) -> None:
         """After a backward that raised: wait for its moves, and drop what it
@@ -243,8 +230,6 @@ class Pass:
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     """The tensors in a forward's output (any pytree: tensors, lists, tuples, dicts, named tuples, ...)."""
-    from torch.utils._pytree import tree_leaves
-
     return (t for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
 
 

@@ -31,7 +31,6 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -163,13 +162,7 @@ class Unit:
 
     # -- the parameters the module shows --------------------------------------------
     def _sharded_param(self, sl: Slot) -> nn.Parameter:
-        a, b = self.layout.range(self.strategy.optim)
-        lo, hi = max(sl.offset, a), min(sl.offset + sl.numel, b)
-        if self.strategy.optim == "N":
-            view = self.master[sl.offset:sl.offset + sl.numel].view(sl.shape)
-        else:
-            view = self.master[lo - a:hi - a] if hi > lo else self.master[:0]
-        return nn.Parameter(view, requires_grad=sl.trainable)
+        return nn.Parameter(self.optim_view(self.master, sl), requires_grad=sl.trainable)
 
     def local_range(self, sl: Slot, scope: str) -> tuple[int, int]:
         """The part of `sl` this rank holds at `scope`, in the parameter's own
@@ -177,6 +170,22 @@ class Unit:
         a, b = self.layout.range(scope)
         lo, hi = max(sl.offset, a), min(sl.offset + sl.numel, b)
         return (lo - sl.offset, hi - sl.offset) if hi > lo else (0, 0)
+
+    def part(self, buf: torch.Tensor, sl: Slot, scope: str, buf_scope: str) -> torch.Tensor:
+        """The 1-D view of `buf` (this rank's flat vector at `buf_scope`) that
+        holds `sl`'s part at `scope` (a scope inside buf_scope); empty if none."""
+        lo, hi = self.local_range(sl, scope)
+        if hi == lo:
+            return buf[:0]
+        start = sl.offset + lo - self.layout.range(buf_scope)[0]
+        return buf[start:start + hi - lo]
+
+    def optim_view(self, buf: torch.Tensor, sl: Slot) -> torch.Tensor:
+        """`sl` as the optimizer sees it, out of a flat vector at its scope
+        (master, or the gradient): the whole parameter at o = N, else a 1-D part."""
+        if self.strategy.optim == "N":
+            return buf[sl.offset:sl.offset + sl.numel].view(sl.shape)
+        return self.part(buf, sl, self.strategy.optim, self.strategy.optim)
 
     def register(self, params: list[nn.Parameter]) -> None:
         for sl, p in zip(self.slots, params, strict=True):
@@ -232,14 +241,14 @@ class Unit:
         the main thread: it takes gfull away from autograd."""
         s, moves, lay = self.strategy, self.moves, self.layout
         self.reduced = True
-        if not self.n_trainable or (s.grads == "N" and not sync and self.gfull is not None):
-            return lambda: None  # nothing to move: g == N accumulates in gfull
+        if not self.n_trainable:
+            return lambda: None
         if self.gfull is None:  # not used in this backward: zeros keep every rank's collectives alike
             self.start_grads()
         gfull = self.gfull
         assert gfull is not None
         if s.grads == "N" and not sync:
-            return lambda: None
+            return lambda: None  # nothing to move: g == N accumulates in gfull
         for cp in self.compute:
             cp.grad = None
         self.gfull = None
@@ -281,15 +290,10 @@ class Unit:
         (added to a .grad the caller kept)."""
         if self.ograd is None:
             return
-        a, _ = self.layout.range(self.strategy.optim)
         for sl, sp in zip(self.slots, self.sharded, strict=True):
             if not sl.trainable:
                 continue
-            if self.strategy.optim == "N":
-                view = self.ograd[sl.offset:sl.offset + sl.numel].view(sl.shape)
-            else:
-                lo, hi = self.local_range(sl, self.strategy.optim)
-                view = self.ograd[sl.offset + lo - a:sl.offset + hi - a]
+            view = self.optim_view(self.ograd, sl)
             if sp.grad is None:
                 sp.grad = view
             else:
@@ -349,6 +353,3 @@ def _take(params: list[nn.Parameter]) -> None:
 def _forget(key: int, _ref: object) -> None:
     _TAKEN.pop(key, None)
 
-
-def is_dist() -> bool:
-    return dist.is_available() and dist.is_initialized()

@@ -26,6 +26,7 @@ from hocc.plan.types import Plan
 FORMAT = "hocc-record"
 VERSION = 1
 
+
 def step_bytes(collective: str, members: int, seg: int, elem_size: int) -> int:
     """Bytes one member of a step's group sends (ring accounting: what each
     member puts on its link whatever the transport does inside; 0 alone)."""
