@@ -9,13 +9,13 @@ CSRC := $(shell find csrc -type f)
 
 .PHONY: venv build demo demo-cluster test test-fast lint clean
 
-# hocc._C builds against the venv's torch (its headers and pybind11) and NCCL
-# (nvidia-nccl-cu12), hence --no-build-isolation; ninja compiles in parallel;
-# its CUDA/NCCL parts build where nvcc is on PATH.
+# hocc._C builds against the venv's torch (its headers and pybind11), hence
+# --no-build-isolation; ninja compiles in parallel. One build serves CPU and
+# GPU: on CUDA it drives torch's own NCCL backend, so it needs no CUDA here.
 $(STAMP): pyproject.toml setup.py $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q 'setuptools>=77' wheel ninja nvidia-nccl-cu12
+	$(PY) -m pip install -q 'setuptools>=77' wheel ninja
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
 	$(PY) -m hocc.executor
 	touch $@

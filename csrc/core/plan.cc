@@ -1,8 +1,32 @@
 #include "core/plan.h"
 
+#include <algorithm>
+
 #include "core/types.h"
 
 namespace hocc {
+
+const RankSteps& Plan::for_rank(int rank) const {
+  std::lock_guard<std::mutex> lk(compiled_.mu);
+  auto found = compiled_.by_rank.find(rank);
+  if (found != compiled_.by_rank.end()) return found->second;
+  RankSteps lanes(static_cast<size_t>(stages));
+  for (const Step& s : steps) {
+    if (s.stage < 0 || s.stage >= stages || s.chunk < 0 || s.chunk >= chunks())
+      throw Error("hocc: plan step (stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) +
+                  ") is outside the plan's " + std::to_string(stages) + " stages x " + std::to_string(chunks()) +
+                  " chunks");
+    MyStep it{&s, {}};
+    for (const GroupSlice& g : s.groups)
+      if (std::count(g.ranks.begin(), g.ranks.end(), rank)) it.groups.push_back(&g);
+    if (!it.groups.empty()) lanes[size_t(s.stage)].push_back(std::move(it));
+  }
+  for (const auto& lane : lanes)
+    for (size_t i = 1; i < lane.size(); ++i)
+      if (lane[i].step->chunk < lane[i - 1].step->chunk)
+        throw Error("hocc: plan steps of one stage are out of chunk order");
+  return compiled_.by_rank.emplace(rank, std::move(lanes)).first->second;
+}
 
 Op parse_plan_op(const std::string& n) {
   if (n == "reduce_scatter") return Op::reduce_scatter;

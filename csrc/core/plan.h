@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,14 @@ struct Layout {
   size_t size() const { return size_t(chunks) * size_t(blocks) * piece; }
 };
 
+// One rank's part of a plan, compiled once: per stage, the steps the rank
+// takes part in, in chunk order, each with the groups it is in.
+struct MyStep {
+  const Step* step;
+  std::vector<const GroupSlice*> groups;
+};
+using RankSteps = std::vector<std::vector<MyStep>>;
+
 struct Plan {
   Op collective = Op::all_reduce;
   int world = 1;
@@ -56,6 +66,20 @@ struct Plan {
   bool pack = true;  // copy the caller's input into the work buffer first
   std::vector<Step> steps;
   int chunks() const { return layout.chunks; }
+  // rank's part (checked: every step inside the plan, each stage in chunk
+  // order), computed at its first run and kept: a plan is cached and run many
+  // times, by one rank (an engine) or by every rank's thread (in-process)
+  const RankSteps& for_rank(int rank) const;
+
+ private:
+  struct Compiled {  // a copy of a plan compiles its own (the parts point into the plan's steps)
+    Compiled() = default;
+    Compiled(const Compiled&) {}
+    Compiled& operator=(const Compiled&) { return *this; }
+    std::mutex mu;
+    std::map<int, RankSteps> by_rank;
+  };
+  mutable Compiled compiled_;
 };
 
 Op parse_plan_op(const std::string& name);

@@ -58,25 +58,6 @@ std::vector<StepTiming> Executor::take_timings() {
   return out;
 }
 
-std::vector<std::vector<Executor::Item>> Executor::my_steps(const Plan& plan) const {
-  std::vector<std::vector<Item>> lanes(plan.stages);
-  for (const Step& s : plan.steps) {
-    if (s.stage < 0 || s.stage >= plan.stages || s.chunk < 0 || s.chunk >= plan.chunks())
-      throw Error("hocc: plan step (stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) +
-                  ") is outside the plan's " + std::to_string(plan.stages) + " stages x " +
-                  std::to_string(plan.chunks()) + " chunks");
-    Item it{&s, {}};
-    for (const GroupSlice& g : s.groups)
-      if (std::count(g.ranks.begin(), g.ranks.end(), t_.rank())) it.groups.push_back(&g);
-    if (!it.groups.empty()) lanes[s.stage].push_back(std::move(it));
-  }
-  for (auto& lane : lanes)
-    for (size_t i = 1; i < lane.size(); ++i)
-      if (lane[i].step->chunk < lane[i - 1].step->chunk)
-        throw Error("hocc: plan steps of one stage are out of chunk order");
-  return lanes;
-}
-
 void Executor::inject_fault(int stage, const std::string& action) {
   if (action != "raise" && action != "kill" && action != "stop" && action != "exit" && action.rfind("run:", 0))
     throw Error("hocc: unknown fault '" + action + "'; use raise, kill, stop, exit or run:<command>");
@@ -200,7 +181,7 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
 
 void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {
   Device& dev = t_.device();
-  auto lanes = my_steps(plan);
+  const RankSteps& lanes = plan.for_rank(t_.rank());
   // every event this run records, destroyed on the way out (CUDA keeps a
   // destroyed event's pending waits valid)
   std::vector<void*> events;
@@ -242,7 +223,7 @@ void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {
 void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) {
   Device& dev = t_.device();
   dev.sync(caller_stream);  // the caller's writes and the packing are done
-  auto lanes = my_steps(plan);
+  const RankSteps& lanes = plan.for_rank(t_.rank());
   // left[s][k]: this rank's steps (s, k) not yet ended; a step waits for the
   // nearest earlier stage of its chunk that this rank has steps in
   std::vector<std::vector<int>> left(plan.stages, std::vector<int>(plan.chunks(), 0));
@@ -302,7 +283,7 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
 void Executor::run_traced(const Plan& plan, const Run& r, void* caller_stream) {
   Device& dev = t_.device();
   dev.sync(caller_stream);
-  auto lanes = my_steps(plan);
+  const RankSteps& lanes = plan.for_rank(t_.rank());
   std::vector<size_t> next(plan.stages, 0);
   try {
     for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick)

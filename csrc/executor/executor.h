@@ -74,12 +74,8 @@ class Executor {
   std::shared_ptr<RunRecord> last_record() const;
 
  private:
-  struct Item {  // this rank's part of one step
-    const Step* step;
-    std::vector<const GroupSlice*> groups;
-  };
+  using Item = MyStep;
   struct Run;  // one call's buffers and types
-  std::vector<std::vector<Item>> my_steps(const Plan& plan) const;  // [stage] -> steps in chunk order
   void run_item(const Item& it, const Run& r, const Lane& lane);
   void run_group(const Step& s, const GroupSlice& g, const Run& r, const Lane& lane);
   void run_async(const Plan& plan, const Run& r, void* caller_stream);

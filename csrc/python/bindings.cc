@@ -29,13 +29,6 @@
 #include "transport/group.h"
 #include "transport/inproc.h"
 #include "transport/shm.h"
-#ifdef HOCC_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "device/cuda_device.h"
-#include "kernels/reduce_cuda.h"
-#include "transport/nccl.h"
-#endif
 
 namespace py = pybind11;
 using namespace hocc;
@@ -75,23 +68,6 @@ Plan make_plan(const std::string& collective, int world, int stages, const Layou
 }
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
-
-std::unique_ptr<Device> make_device(const std::string& name) {
-  if (name == "cpu") return std::make_unique<CpuDevice>();
-#ifdef HOCC_WITH_CUDA
-  if (name.rfind("cuda", 0) == 0) {
-    int index = name.size() > 5 ? std::stoi(name.substr(5)) : 0;
-    return std::make_unique<CudaDevice>(index);
-  }
-#endif
-  throw Error("hocc: device '" + name + "' is not available in this build of hocc._C (cuda built: " +
-#ifdef HOCC_WITH_CUDA
-              "yes"
-#else
-              "no"
-#endif
-              ")");
-}
 
 // SIGUSR1 -> a byte on a pipe, read by hocc/record/dump.py's thread, which
 // dumps the recorders: a Python handler would wait for the main thread, which
@@ -187,20 +163,12 @@ class InProcRunner {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and NCCL transports";
+  m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and c10d (gloo, NCCL) transports";
   auto& native_error = py::register_exception<Error>(m, "HoccNativeError", PyExc_RuntimeError);
   py::register_exception<MismatchError>(m, "HoccMismatchError", native_error.ptr());
 
   m.def("install_dump_signal", &install_dump_signal, py::arg("fd"), py::arg("signum"),
         "on signum, write a byte to fd (hocc/record/dump.py reads it and dumps the recorders)");
-
-  m.def("cuda_built", [] {
-#ifdef HOCC_WITH_CUDA
-    return true;
-#else
-    return false;
-#endif
-  }, "True when this build has the CUDA kernels and the NCCL transport");
 
   py::class_<Plan>(m, "Plan")
       .def(py::init(&make_plan), py::arg("collective"), py::arg("world"), py::arg("stages"), py::arg("layout"),
@@ -211,20 +179,56 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("work_elems", [](const Plan& p) { return p.layout.size(); })
       .def_property_readonly("num_steps", [](const Plan& p) { return p.steps.size(); });
 
+  // a comm's collectives called directly (tests, microbenchmarks, the GPU check): on `device`'s current
+  // stream, in place on buf (all_reduce may read its input from src)
   py::class_<Comm, std::shared_ptr<Comm>>(m, "Comm", "one group's communicator, for a GroupTransport")
       .def_readonly("me", &Comm::me)
-      .def_readonly("n", &Comm::n);
-  m.def("c10d_comm", &make_c10d_comm, py::arg("backend"), py::arg("me"), py::arg("n"),
-        "a Comm over a torch.distributed backend object (ProcessGroupGloo)");
+      .def_readonly("n", &Comm::n)
+      .def("all_reduce", [](Comm& c, uintptr_t buf, size_t count, const std::string& dtype, const std::string& op,
+                            uintptr_t src, const std::string& device) {
+        DType t = parse_dtype(dtype);
+        RedOp o = parse_op(op);
+        auto dev = make_device(device);
+        py::gil_scoped_release nogil;
+        c.all_reduce(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o,
+                     Lane{nullptr, dev.get()});
+        dev->sync(nullptr);
+      }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("src") = 0,
+      py::arg("device") = "cpu", "in place on buf, or reading the input from src")
+      .def("reduce_scatter", [](Comm& c, uintptr_t buf, size_t seg, const std::string& dtype, const std::string& op,
+                                const std::string& device) {
+        DType t = parse_dtype(dtype);
+        RedOp o = parse_op(op);
+        auto dev = make_device(device);
+        py::gil_scoped_release nogil;
+        c.reduce_scatter(static_cast<char*>(ptr(buf)), static_cast<char*>(ptr(buf)), seg, t, o,
+                         Lane{nullptr, dev.get()});
+        dev->sync(nullptr);
+      }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("op"), py::arg("device") = "cpu")
+      .def("all_gather", [](Comm& c, uintptr_t buf, size_t seg, const std::string& dtype, const std::string& device) {
+        DType t = parse_dtype(dtype);
+        char* b = static_cast<char*>(ptr(buf));
+        auto dev = make_device(device);
+        py::gil_scoped_release nogil;
+        c.all_gather(b + size_t(c.me) * seg * dtype_size(t), b, seg, t, Lane{nullptr, dev.get()});
+        dev->sync(nullptr);
+      }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("device") = "cpu");
+  m.def("c10d_comm", &make_c10d_comm, py::arg("backend"), py::arg("me"), py::arg("n"), py::arg("device") = "cpu",
+        "a Comm over a torch.distributed backend object (ProcessGroupGloo, ProcessGroupNCCL) on `device`");
 
-  py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process CPU group (transport/group.h)")
-      .def(py::init<int, int>(), py::arg("rank"), py::arg("size"))
+  py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process group (transport/group.h)")
+      .def(py::init([](int rank, int size, const std::string& device) {
+             return std::make_unique<GroupTransport>(rank, size, make_device(device));
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("device") = "cpu")
       .def("add", [](GroupTransport& t, int stage, const std::vector<int>& ranks, const std::string& impl,
                      std::shared_ptr<Comm> comm) { t.add(stage, ranks, parse_impl(impl), std::move(comm)); },
            py::arg("stage"), py::arg("ranks"), py::arg("impl"), py::arg("comm"))
       .def("has", [](const GroupTransport& t, int stage, const std::vector<int>& ranks, const std::string& impl) {
         return t.has(stage, ranks, parse_impl(impl));
       }, py::arg("stage"), py::arg("ranks"), py::arg("impl"))
+      .def_property_readonly("is_async", &GroupTransport::async,
+                             "true on a GPU: runs only enqueue on streams, and the host never waits for them")
       .def("clear", &GroupTransport::clear)
       .def("abort", &GroupTransport::abort, py::arg("why"));
 
@@ -278,13 +282,15 @@ PYBIND11_MODULE(_C, m) {
       }, "(index into steps(), successor, predecessor, posted ns, receive ended ns, ended ns, bytes sent, bytes "
          "received) per ring step");
 
-  m.def("reduce", [](uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op) {
+  m.def("reduce", [](uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op,
+                     const std::string& device) {
     DType t = parse_dtype(dtype);
     RedOp o = op == "copy" ? RedOp::none : parse_op(op);
+    auto dev = make_device(device);
     py::gil_scoped_release nogil;
-    reduce_cpu(ptr(dst), ptr(src), n, t, o);
-  }, "dst = dst (op) src on host memory", py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("dtype"),
-        py::arg("op"));
+    dev->reduce(ptr(dst), ptr(src), n, t, o, nullptr);
+  }, "dst = dst (op) src by the device layer (on a GPU: on the current stream, not waited for)", py::arg("dst"),
+        py::arg("src"), py::arg("n"), py::arg("dtype"), py::arg("op"), py::arg("device") = "cpu");
   m.def("reduce_many", [](uintptr_t dst, const std::vector<uintptr_t>& srcs, size_t n, const std::string& dtype,
                           const std::string& op) {
     std::vector<const void*> s;
@@ -313,81 +319,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("wait") = "futex")
       .def_static("segment_bytes", &ShmComm::segment_bytes)
       .def_static("header_bytes", &ShmComm::header_bytes)
-      .def("all_reduce", [](ShmComm& c, uintptr_t buf, size_t count, const std::string& dtype, const std::string& op,
-                            uintptr_t src) {
-        DType t = parse_dtype(dtype);
-        RedOp o = parse_op(op);
-        py::gil_scoped_release nogil;
-        c.all_reduce(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o,
-                     Lane{});
-      }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("src") = 0,
-      "in place on buf, or reading the input from src")
-      .def("reduce_scatter", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype,
-                                const std::string& op) {
-        DType t = parse_dtype(dtype);
-        RedOp o = parse_op(op);
-        py::gil_scoped_release nogil;
-        c.reduce_scatter(static_cast<char*>(ptr(buf)), static_cast<char*>(ptr(buf)), seg, t, o, Lane{});
-      })
-      .def("all_gather", [](ShmComm& c, uintptr_t buf, size_t seg, const std::string& dtype) {
-        DType t = parse_dtype(dtype);
-        char* b = static_cast<char*>(ptr(buf));
-        py::gil_scoped_release nogil;
-        c.all_gather(b + size_t(c.me) * seg * dtype_size(t), b, seg, t, Lane{});
-      })
       .def_property_readonly("broken", &ShmComm::broken)
       .def_property_readonly("barriers", &ShmComm::barriers)
       .def_property_readonly("wait_seconds", &ShmComm::wait_seconds);
 
-#ifdef HOCC_WITH_CUDA
-  m.def("nccl_version", &nccl_version);
-  py::class_<NcclTransport>(m, "NcclTransport")
-      .def_static("unique_id", [] { return py::bytes(NcclTransport::unique_id()); })
-      .def(py::init([](py::bytes id, int rank, int size, int device, double timeout_s, const std::string& name,
-                       int on_error) {
-             std::string s = id;
-             if (on_error < 0 || on_error > 3) throw Error("hocc nccl: on_error is 0 to 3 (TORCH_NCCL_ASYNC_ERROR_HANDLING)");
-             py::gil_scoped_release nogil;
-             return std::make_unique<NcclTransport>(s, rank, size, device, timeout_s, name, OnError(on_error));
-           }),
-           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("timeout_s") = 600.0,
-           py::arg("name") = "", py::arg("on_error") = int(OnError::abort))
-      .def("run", [](NcclTransport& t, Executor& e, const Plan& plan, uintptr_t input, uintptr_t output,
-                     uintptr_t work, const std::string& dtype, const std::string& op, uintptr_t stream, int64_t seq) {
-        DType dt = parse_dtype(dtype);
-        RedOp o = parse_op(op);
-        std::string what = std::string(op_name(plan.collective)) + " (" + dtype + ", " + op + "; " +
-                           std::to_string(plan.stages) + " stages x " + std::to_string(plan.chunks()) + " chunks)";
-        py::gil_scoped_release nogil;
-        t.begin(ptr(stream), what);  // raises at once if aborted, or if the stream is being captured
-        try {
-          e.run(plan, {ptr(input), ptr(output), ptr(work)}, dt, o, op == "avg", ptr(stream), nullptr, seq);
-        } catch (...) {
-          t.end(ptr(stream), false);
-          throw;
-        }
-        t.end(ptr(stream), true);
-      }, py::arg("executor"), py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"),
-         py::arg("dtype"), py::arg("op"), py::arg("stream"), py::arg("seq") = -1,
-         "Executor.run under the watchdog: the run is watched until it completes on `stream`")
-      .def("wait", [](NcclTransport& t) {
-        py::gil_scoped_release nogil;
-        t.wait();
-      }, "block until every run so far completed; raises (after aborting) on timeout or an NCCL error")
-      .def_property_readonly("error", &NcclTransport::error, "why the transport was aborted ('' while it works)")
-      .def("abort", &NcclTransport::abort, py::arg("why"), "abort every communicator (a peer failed: the watchdog)")
-      .def_property_readonly("timeout_s", &NcclTransport::timeout_s)
-      .def("all_reduce", [](NcclTransport& t, uintptr_t buf, size_t n, const std::string& dtype,
-                            const std::string& op, uintptr_t stream) {
-        auto* b = static_cast<char*>(ptr(buf));
-        t.world().all_reduce(b, b, n, parse_dtype(dtype), parse_op(op), Lane{ptr(stream), &t.device()});
-      }, "all-reduce over the whole group, in place, on `stream`");
-  executor.def(py::init([](NcclTransport& t) { return std::make_unique<Executor>(t); }), py::keep_alive<1, 2>());
-  m.def("bench_reduce_cuda", [](size_t bytes, const std::string& dtype, int iters, int device) {
-    if (cudaSetDevice(device) != cudaSuccess) throw Error("hocc: no CUDA device " + std::to_string(device));
-    auto bw = bench_reduce_cuda(bytes, parse_dtype(dtype), iters);
-    return std::make_pair(bw.reduce_gbps, bw.copy_gbps);
-  }, "(reduce GB/s, copy GB/s) over buffers of `bytes`", py::arg("bytes"), py::arg("dtype") = "float32",
-        py::arg("iters") = 20, py::arg("device") = 0);
-#endif
 }

@@ -1,34 +1,18 @@
 #include "transport/c10d.h"
 
-#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "core/host_buffer.h"
-#include "kernels/reduce_cpu.h"
+#include "device/torch_device.h"
+#include "transport/ring.h"
 
 namespace hocc {
 namespace {
-
-at::ScalarType scalar_type(DType t) {
-  switch (t) {
-    case DType::f32: return at::kFloat;
-    case DType::f64: return at::kDouble;
-    case DType::f16: return at::kHalf;
-    case DType::bf16: return at::kBFloat16;
-    case DType::i8: return at::kChar;
-    case DType::u8: return at::kByte;
-    case DType::i32: return at::kInt;
-    case DType::i64: return at::kLong;
-  }
-  throw Error("hocc c10d: unknown dtype");
-}
 
 c10d::ReduceOp reduce_op(RedOp op) {
   switch (op) {
@@ -41,51 +25,42 @@ c10d::ReduceOp reduce_op(RedOp op) {
   throw Error("hocc c10d: no reduction op for a copy");
 }
 
-// A Comm over a c10d backend (gloo's sub-groups). Before a call's first op on
-// it, members trade CallIds with their ring neighbours (kCheckTag, fixed size):
-// ring steps only ever talk to neighbours, so once each member has checked
-// its predecessor no message of the call can meet a receive of another size
-// (which gloo answers by aborting the process). Point-to-point waits can be
-// woken by abort(); gloo's own collectives end at the group's timeout.
+// A Comm over a c10d backend: gloo's sub-groups on CPU, NCCL's on GPUs. One
+// code path for both: buffers are tensors on the comm's device, every op runs
+// with the lane's stream current (c10d orders its work after that stream's,
+// and Work::wait() orders the stream after the work without blocking the host
+// on NCCL), and copies and reductions go through the lane's device.
+// On a CPU backend, before a call's first op on it, members trade CallIds with
+// their ring neighbours (kCheckTag, fixed size): ring steps only ever talk to
+// neighbours, so once each member has checked its predecessor no message of
+// the call can meet a receive of another size (which gloo answers by aborting
+// the process). NCCL carries no host bytes, so there HOCC_CHECK=all is the
+// check. Point-to-point waits can be woken by abort(); the backend's own
+// collectives end at the group's timeout (torch's watchdog, for NCCL).
 // the call check's tag: apart from the data (tag 0) and from any tag a caller
 // plausibly uses for its own send/recv on a group whose backend hocc shares
 constexpr int kCheckTag = 0x686f6363;  // "hocc"
 
 class C10dComm final : public Comm {
  public:
-  C10dComm(c10::intrusive_ptr<c10d::Backend> pg, int me, int n) : Comm(me, n), pg_(std::move(pg)) {}
+  C10dComm(c10::intrusive_ptr<c10d::Backend> pg, int me, int n, c10::Device device)
+      : Comm(me, n), pg_(std::move(pg)), device_(device) {}
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
-                const Lane&) override {
-    const bool checking = check_begin();
-    const size_t es = dtype_size(t);
-    char* into = recv;
-    if (op != RedOp::none && recv_n) {  // receive beside, then reduce into place
-      into = scratch_.at_least(recv_n * es);
-    }
-    // our data may leave at once: the successor only takes it once it has checked our call id
-    std::vector<at::Tensor> s{view(send, send_n, t)}, r{view(into, recv_n, t)};
-    c10::intrusive_ptr<c10d::Work> sw, rw;
-    if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
-    if (checking) check_end();
-    if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
-    // the receive first: its end is what the recorder times the link by (a send into a slow link
-    // may end later, and must not be charged to the link we receive on)
-    finish(rw, "a ring step", "waiting for " + who(prev()) + " (the ring predecessor)");
-    recv_done_ns = wall_ns();
-    finish(sw, "a ring step", "sending to " + who(next()) + " (the ring successor)");
-    check_done();
-    if (into != recv) reduce_cpu(recv, into, recv_n, t, op);
+                const Lane& lane) override {
+    lane.dev->on_stream(lane.stream, [&] { exchange_here(send, send_n, recv, recv_n, t, op, lane); });
   }
 
-  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane&) override {
-    agree();
-    if (src != dst) reduce_cpu(dst, src, count, t, RedOp::none);
-    collective("all_reduce", [&] {
-      std::vector<at::Tensor> ts{view(dst, count, t)};
-      c10d::AllreduceOptions o;
-      o.reduceOp = reduce_op(op);
-      return pg_->allreduce(ts, o);
+  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override {
+    lane.dev->on_stream(lane.stream, [&] {
+      agree();
+      copy_in(src, dst, count, t, lane);
+      collective("all_reduce", [&] {
+        std::vector<at::Tensor> ts{tensor(dst, count, t)};
+        c10d::AllreduceOptions o;
+        o.reduceOp = reduce_op(op);
+        return pg_->allreduce(ts, o);
+      });
     });
   }
 
@@ -93,34 +68,36 @@ class C10dComm final : public Comm {
     reduce_scatter_out(src, dst + size_t(me) * seg * dtype_size(t), seg, t, op, lane);
   }
 
-  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane&) override {
-    agree();
-    const size_t es = dtype_size(t);
-    // gloo must not read and write the same memory: an output inside the input goes beside first
-    const bool inside = out < src + size_t(n) * seg * es && src < out + seg * es;
-    char* into = out;
-    if (inside) into = scratch_.at_least(seg * es);
-    collective("reduce_scatter", [&] {
-      at::Tensor o = view(into, seg, t), i = view(src, size_t(n) * seg, t);
-      c10d::ReduceScatterOptions opts;
-      opts.reduceOp = reduce_op(op);
-      return pg_->_reduce_scatter_base(o, i, opts);
+  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override {
+    lane.dev->on_stream(lane.stream, [&] {
+      agree();
+      const size_t es = dtype_size(t);
+      // gloo must not read and write the same memory: an output inside the input goes beside first
+      const bool inside = out < src + size_t(n) * seg * es && src < out + seg * es;
+      char* into = inside ? scratch.at_least(seg * es, *lane.dev) : out;
+      collective("reduce_scatter", [&] {
+        at::Tensor o = tensor(into, seg, t), i = tensor(src, size_t(n) * seg, t);
+        c10d::ReduceScatterOptions opts;
+        opts.reduceOp = reduce_op(op);
+        return pg_->_reduce_scatter_base(o, i, opts);
+      });
+      copy_in(into, out, seg, t, lane);
     });
-    if (inside) std::memcpy(out, into, seg * es);
   }
 
-  void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane&) override {
-    agree();
-    const size_t es = dtype_size(t);
-    const bool inside = src < dst + size_t(n) * seg * es && dst < src + seg * es;
-    if (inside) {  // our own segment in place: gloo needs it apart
-      char* apart = scratch_.at_least(seg * es);
-      std::memcpy(apart, src, seg * es);
-      src = apart;
-    }
-    collective("all_gather", [&] {
-      at::Tensor o = view(dst, size_t(n) * seg, t), i = view(src, seg, t);
-      return pg_->_allgather_base(o, i);
+  void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override {
+    lane.dev->on_stream(lane.stream, [&] {
+      agree();
+      const size_t es = dtype_size(t);
+      if (src < dst + size_t(n) * seg * es && dst < src + seg * es) {  // our own segment in place: apart first
+        char* apart = scratch.at_least(seg * es, *lane.dev);
+        copy_in(src, apart, seg, t, lane);
+        src = apart;
+      }
+      collective("all_gather", [&] {
+        at::Tensor o = tensor(dst, size_t(n) * seg, t), i = tensor(src, seg, t);
+        return pg_->_allgather_base(o, i);
+      });
     });
   }
 
@@ -131,9 +108,28 @@ class C10dComm final : public Comm {
   }
 
  private:
-  static at::Tensor view(const char* p, size_t count, DType t) {
-    return at::from_blob(const_cast<char*>(p), {int64_t(count)}, at::TensorOptions().dtype(scalar_type(t)));
+  void exchange_here(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
+                     const Lane& lane) {
+    const bool checking = check_begin();
+    const size_t es = dtype_size(t);
+    // a reduction receives beside, then reduces into place
+    char* into = op != RedOp::none && recv_n ? scratch.at_least(recv_n * es, *lane.dev) : recv;
+    // our data may leave at once: the successor only takes it once it has checked our call id
+    std::vector<at::Tensor> s{tensor(send, send_n, t)}, r{tensor(into, recv_n, t)};
+    c10::intrusive_ptr<c10d::Work> sw, rw;
+    if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
+    if (checking) check_end();
+    if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
+    // the receive first: its end is what the recorder times the link by (a send into a slow link
+    // may end later, and must not be charged to the link we receive on)
+    finish(rw, "a ring step", "waiting for " + who(prev()) + " (the ring predecessor)");
+    recv_done_ns = wall_ns();
+    finish(sw, "a ring step", "sending to " + who(next()) + " (the ring successor)");
+    check_done();
+    if (into != recv) lane.dev->reduce(recv, into, recv_n, t, op, lane.stream);
   }
+
+  at::Tensor tensor(const char* p, size_t count, DType t) const { return view(p, count, t, device_); }
   int next() const { return (me + 1) % n; }
   int prev() const { return (me + n - 1) % n; }
 
@@ -152,7 +148,7 @@ class C10dComm final : public Comm {
   // can change (done). Collectives do all three before they start (agree).
   bool check_begin() {
     check_usable();
-    if (!call || call->seq == agreed_) return false;
+    if (!call || !device_.is_cpu() || call->seq == agreed_) return false;
     mine_ = *call;
     theirs_ = CallId{};
     theirs_.magic = 0;
@@ -239,7 +235,7 @@ class C10dComm final : public Comm {
   }
 
   c10::intrusive_ptr<c10d::Backend> pg_;
-  HostBuffer scratch_;  // received pieces before their reduction; outputs apart from inputs
+  const c10::Device device_;
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
   CallId mine_, theirs_;             // the call check's buffers
   c10::intrusive_ptr<c10d::Work> hs_, hr_;
@@ -250,13 +246,13 @@ class C10dComm final : public Comm {
 
 }  // namespace
 
-std::shared_ptr<Comm> make_c10d_comm(pybind11::handle backend, int me, int n) {
+std::shared_ptr<Comm> make_c10d_comm(pybind11::handle backend, int me, int n, const std::string& device) {
   auto pg = pybind11::cast<c10::intrusive_ptr<c10d::Backend>>(backend);
   if (pg->getSize() != n || pg->getRank() != me)
     throw Error("hocc c10d: the backend is rank " + std::to_string(pg->getRank()) + " of " +
                 std::to_string(pg->getSize()) + ", expected member " + std::to_string(me) + " of " +
                 std::to_string(n));
-  return std::make_shared<C10dComm>(std::move(pg), me, n);
+  return std::make_shared<C10dComm>(std::move(pg), me, n, c10::Device(device));
 }
 
 }  // namespace hocc

@@ -1,20 +1,22 @@
-// A Comm over a torch.distributed backend object (c10d::Backend, e.g. the
-// ProcessGroupGloo of a sub-group that the Python side created): ring steps
-// are its send/recv, native steps its collectives, all called from C++ with no
-// Python and no GIL. The only file that includes torch's headers (they are
-// slow to compile): the rest of hocc._C sees just this factory.
+// A Comm over a torch.distributed backend object (c10d::Backend: the
+// ProcessGroupGloo or ProcessGroupNCCL of a sub-group that the Python side
+// created): ring steps are its send/recv, native steps its collectives, all
+// called from C++ with no Python and no GIL. With device/torch_device.cc the
+// only files that include torch's headers (they are slow to compile): the
+// rest of hocc._C sees just this factory.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <string>
 
 #include "transport/transport.h"
 
 namespace hocc {
 
-// `backend`: a Python torch.distributed backend object (ProcessGroupGloo);
-// this rank is member `me` of its `n`.
-std::shared_ptr<Comm> make_c10d_comm(pybind11::handle backend, int me, int n);
+// `backend`: a Python torch.distributed backend object; this rank is member
+// `me` of its `n`; `device`: where the buffers live ("cpu", "cuda:0", ...)
+std::shared_ptr<Comm> make_c10d_comm(pybind11::handle backend, int me, int n, const std::string& device);
 
 }  // namespace hocc

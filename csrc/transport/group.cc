@@ -15,7 +15,8 @@ std::string describe(int stage, const std::vector<int>& ranks) {
 
 }  // namespace
 
-GroupTransport::GroupTransport(int rank, int size) : rank_(rank), size_(size), device_(new CpuDevice()) {
+GroupTransport::GroupTransport(int rank, int size, std::unique_ptr<Device> device)
+    : rank_(rank), size_(size), device_(std::move(device)) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error("hocc: rank " + std::to_string(rank) + " of a group of " + std::to_string(size));
 }

@@ -1,7 +1,9 @@
-// The transport of one rank of a multi-process CPU group: the Python side
-// sets up each communicator a plan needs (shared memory for 'shm' steps,
-// c10d's gloo for 'native' and 'ring' ones) in one global order and registers
-// it here by (stage, members, impl); the executor then runs without Python.
+// The transport of one rank of a multi-process group, on any device: the
+// Python side sets up each communicator a plan needs (shared memory for 'shm'
+// steps on CPU, a c10d backend for 'native' and 'ring' ones: gloo on CPU, NCCL
+// on GPUs) in one global order and registers it here by (stage, members,
+// impl); the executor then runs without Python. On a GPU the transport is
+// async: comm ops enqueue on the lanes' streams and the host never waits.
 #pragma once
 
 #include <map>
@@ -18,11 +20,11 @@ namespace hocc {
 
 class GroupTransport final : public Transport {
  public:
-  GroupTransport(int rank, int size);
+  GroupTransport(int rank, int size, std::unique_ptr<Device> device);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Device& device() override { return *device_; }
-  bool async() const override { return false; }
+  bool async() const override { return device_->is_cuda(); }
   // checks that every communicator the plan needs here was registered
   void prepare(const Plan& plan) override;
   Comm& comm(int stage, const std::vector<int>& ranks, Impl impl) override;

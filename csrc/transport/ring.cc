@@ -91,16 +91,11 @@ void Comm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp o
 
 void Comm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
   // a private region, so the caller's input is only read
-  const size_t es = dtype_size(t), bytes = seg * size_t(n) * es;
+  const size_t es = dtype_size(t);
   if (!lane.dev) throw Error("hocc: a lane without a device cannot allocate");
-  struct Scratch {
-    Device& dev;
-    char* p;
-    ~Scratch() { dev.free(p); }
-  } tmp{*lane.dev, static_cast<char*>(lane.dev->alloc(bytes))};
-  reduce_scatter(src, tmp.p, seg, t, op, lane);
-  copy_in(tmp.p + size_t(me) * seg * es, out, seg, t, lane);
-  lane.dev->sync(lane.stream);  // the scratch is freed on return
+  char* region = scratch.at_least(seg * size_t(n) * es, *lane.dev);
+  reduce_scatter(src, region, seg, t, op, lane);
+  copy_in(region + size_t(me) * seg * es, out, seg, t, lane);
 }
 
 }  // namespace hocc

@@ -3,7 +3,8 @@
 // the work buffer, with the segment semantics of hocc/plan/types.py.
 //
 // Implementations: in-process (ranks are threads of one process: tests, and
-// one GPU), NCCL (GPUs, stream-ordered), shared memory (CPU ranks of a host).
+// one GPU), shared memory (CPU ranks of a host), and torch.distributed's own
+// backends called from C++ (transport/c10d.h: gloo between CPU hosts, NCCL on GPUs).
 #pragma once
 
 #include <cstddef>
@@ -41,6 +42,8 @@ class Comm {
   // when the latest exchange()'s receive ended (0: the transport does not
   // say; then the exchange's end counts), for the recorder (transport/ring.cc)
   int64_t recv_done_ns = 0;
+  // this comm's scratch (its ops run on one lane at a time, so one will do)
+  Scratch scratch;
   std::string who(int member) const {  // "rank 5" (or "member 2" before ranks are known)
     return member >= 0 && member < int(ranks.size()) ? "rank " + std::to_string(ranks[member])
                                                      : "member " + std::to_string(member);

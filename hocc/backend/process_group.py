@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 from hocc.backend.barrier import BarrierLog, BarrierWork, barrier_error
 from hocc.engine.dtypes import DTYPES, op_name
-from hocc.engine.engine import Engine, GroupInfo
+from hocc.engine.engine import Engine
 from hocc.engine.errors import CollectiveError
+from hocc.engine.group import GroupInfo, new_backend
 from hocc.engine.work import Work
 
 # Methods handed to the inner backend as they are: ProcessGroup's name -> the backend's.
@@ -90,17 +91,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         key = device.type
         if key not in self._inner:
             store = dist.PrefixStore(f"hocc-inner/{key}", self._store)
-            if key == "cpu":
-                self._inner[key] = dist.ProcessGroupGloo(store, self.rank(), self.size(), self._timeout)
-            elif key == "cuda":
-                nccl = getattr(dist, "ProcessGroupNCCL", None)
-                if nccl is None:
-                    raise RuntimeError("hocc backend: CUDA tensors need NCCL, which this torch build lacks")
-                opts = nccl.Options()
-                opts._timeout = self._timeout
-                self._inner[key] = nccl(store, self.rank(), self.size(), opts)
-            else:
-                raise RuntimeError(f"hocc backend: {device.type} tensors are not supported; use cpu or cuda")
+            self._inner[key] = new_backend(device, store, self.rank(), self.size(), self._timeout)
         return self._inner[key]
 
     def hocc_engine(self, device: torch.device) -> Engine:

@@ -1,13 +1,14 @@
-"""The communicators a CPU engine's plans need, set up once each and handed
+"""The communicators an engine's plans need, set up once each and handed
 to the C++ executor's GroupTransport (csrc/transport/group.h):
 
-- 'native' and 'ring' steps: a real torch.distributed ProcessGroupGloo per
-  (stage, members), built on the parent's store under a prefix unique to the
-  parent group and this engine generation (only the members take part, and
-  no global group counter has to agree across ranks); the executor calls it
-  from C++ (csrc/transport/c10d.cc). A native step over the whole group uses
-  the group's own backend.
-- 'shm' steps: a shared-memory segment per host group (hocc/engine/shm.py).
+- 'native' and 'ring' steps: a backend of torch's per (stage, members),
+  ProcessGroupGloo for CPU tensors and ProcessGroupNCCL for CUDA ones
+  (hocc.engine.group.new_backend), built on the parent's store under a prefix
+  unique to the parent group and this engine generation (only the members
+  take part, and no global group counter has to agree across ranks); the
+  executor calls it from C++ (csrc/transport/c10d.cc). A native step over the
+  whole group uses the group's own backend.
+- 'shm' steps (CPU only): a shared-memory segment per host group (hocc/engine/shm.py).
 
 Setting up is collective over each group's members, so every rank walks the
 same sorted list of (stage, members, impl): ranks that share two groups never
@@ -17,21 +18,21 @@ stage's traffic never queues behind another's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
 import torch.distributed as dist
 
+from hocc.engine.group import GroupInfo, backend_class, device_name, new_backend
 from hocc.engine.shm import attach_shm
 from hocc.executor import load
 from hocc.plan.types import Plan
 
-if TYPE_CHECKING:
-    from hocc.engine.engine import GroupInfo
-
 
 class Communicators:
-    def __init__(self, info: GroupInfo, prefix: str, transport: Any, shm_piece_bytes: int, shm_wait: str) -> None:
-        self.info, self.prefix, self.transport = info, prefix, transport
+    def __init__(self, info: GroupInfo, prefix: str, transport: Any, device: torch.device, shm_piece_bytes: int,
+                 shm_wait: str) -> None:
+        self.info, self.prefix, self.transport, self.device = info, prefix, transport, device
         self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
         self.rank = info.rank
         self._pgs: dict[tuple[int, tuple[int, ...]], Any] = {}
@@ -45,16 +46,17 @@ class Communicators:
             if self.transport.has(stage, list(members), impl):
                 continue
             me, n = members.index(self.rank), len(members)
-            if impl != "shm" and not self._whole_group(stage, members, impl) and \
-                    not isinstance(self.info.inner, dist.ProcessGroupGloo):
-                raise RuntimeError(f"hocc runs CPU plans over gloo sub-groups, not {type(self.info.inner).__name__}; "
-                                   "use gloo under it for CPU tensors, or algo='native'")
+            own = backend_class(self.device)
+            if impl != "shm" and not self._whole_group(stage, members, impl) and not isinstance(self.info.inner, own):
+                raise RuntimeError(f"hocc runs {self.device.type} plans over {own.__name__} sub-groups, not "
+                                   f"{type(self.info.inner).__name__}; use {own.__name__} under it for "
+                                   f"{self.device.type} tensors, or algo='native'")
             try:
                 if impl == "shm":
                     comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n,
                                       self.info.timeout, self.shm_piece_bytes, self.shm_wait)
                 else:
-                    comm = c.c10d_comm(self._backend(stage, members, impl), me, n)
+                    comm = c.c10d_comm(self._backend(stage, members, impl), me, n, device_name(self.device))
             except Exception as e:  # re-raised with what was being set up
                 raise RuntimeError(
                     f"setting up the {impl} communicator of stage {stage} over ranks "
@@ -80,13 +82,15 @@ class Communicators:
         return f"{self.prefix}/s{stage}/{kind}/{'-'.join(map(str, members))}"
 
     def _create(self, stage: int, members: tuple[int, ...]) -> Any:
-        store = dist.PrefixStore(self._name(stage, members, "gloo"), self.info.store)
-        return dist.ProcessGroupGloo(store, members.index(self.rank), len(members), self.info.timeout)
+        kind = "gloo" if self.device.type == "cpu" else self.device.type
+        store = dist.PrefixStore(self._name(stage, members, kind), self.info.store)
+        return new_backend(self.device, store, members.index(self.rank), len(members), self.info.timeout)
 
     def abort(self, why: str) -> None:
         """Wake whatever is blocked on these communicators: the C++ side's abort
-        (the shared-memory segments' flag, so host peers fail too; the gloo
-        comms' point-to-point waits), then gloo's own abort of each sub-group."""
+        (the shared-memory segments' flag, so host peers fail too; the c10d
+        comms' point-to-point waits), then the backend's own abort of each
+        sub-group (gloo's; NCCL's ncclCommAbort)."""
         self.transport.abort(why)
         for pg in list(self._pgs.values()):
             pg.abort()

@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import Config, get_config
-from hocc.engine.engine import Engine, GroupInfo
+from hocc.engine.engine import Engine
+from hocc.engine.group import GroupInfo
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
