@@ -1,13 +1,12 @@
 """CUDA graphs: a hocc collective cannot be captured, and says so.
 
-NCCL's own calls are capturable, but a hocc call is more than its NCCL calls:
-the engine may create communicators on a first call (store round trips,
-ncclCommSplit), CPU-side work buffers and the worker thread run outside the
-stream, and the watchdog (csrc/transport/nccl_watchdog.h) watches every run
-with events it polls from the host, which a replayed graph would never
-record. So a call on a capturing stream raises here, before anything is
-enqueued (the capture is left intact), with what to do instead; the C++
-transport refuses it too (NcclWatchdog::begin), for callers that skip the API."""
+NCCL's own calls are capturable (torch's ProcessGroupNCCL, which hocc's steps
+run on, supports it), but a hocc call is more than its NCCL calls: a first
+call of a size may plan, create communicators (store round trips, NCCL
+init), and take a work buffer from Python, none of which a replayed graph
+would repeat, and the engine's worker may run the call on another thread.
+So a call on a capturing stream raises here, before anything is enqueued
+(the capture is left intact), with what to do instead."""
 
 from __future__ import annotations
 
@@ -19,6 +18,6 @@ from hocc.api.validate import HoccError
 def check_not_capturing(tensor: torch.Tensor, fn: str) -> None:
     if tensor.is_cuda and torch.cuda.is_current_stream_capturing():
         raise HoccError(f"hocc.{fn}: the current CUDA stream is being captured into a CUDA graph, and hocc "
-                        "collectives cannot be captured (they poll their progress from the host and may create "
-                        "communicators on a first call); call it outside torch.cuda.graph(), or capture "
+                        "collectives cannot be captured (a first call may plan and create communicators, which "
+                        "a replay would not repeat); call it outside torch.cuda.graph(), or capture "
                         "torch.distributed's own collective on an NCCL group (ProcessGroupNCCL supports capture)")
