@@ -72,12 +72,13 @@ class Scratch {
     dev_ = &dev, size_ = bytes;
     return data_;
   }
-
- private:
+  size_t size() const { return size_; }
   void release() {
     if (data_) dev_->free(data_);
     data_ = nullptr, dev_ = nullptr, size_ = 0;
   }
+
+ private:
   Device* dev_ = nullptr;
   char* data_ = nullptr;
   size_t size_ = 0;

@@ -145,12 +145,20 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (plan.world != t_.size())
     throw Error("hocc: plan is for " + std::to_string(plan.world) + " ranks but the transport has " +
                 std::to_string(t_.size()));
-  const size_t es = dtype_size(t), n = plan.layout.size();
-  char* work = plan.work_at == WorkAt::output ? static_cast<char*>(bufs.output)
+  Device& dev = t_.device();
+  const size_t es = dtype_size(t), n = plan.layout.size(), count = plan.layout.block_elems;
+  // An in-place all_reduce whose steps would reduce in the caller's tensor (no private work buffer) runs
+  // into the executor's buffer and is copied back at the end, so that a failure leaves the tensor as it
+  // was: where failures show before run() returns (not on an async transport: they surface on the stream)
+  const bool beside = plan.collective == Op::all_reduce && plan.work_at != WorkAt::scratch && !t_.async() &&
+                      count && bufs.input && bufs.input == bufs.output;
+  char* output = beside ? work_.at_least(count * es, dev) : static_cast<char*>(bufs.output);
+  char* work = plan.work_at == WorkAt::output ? output
                : plan.work_at == WorkAt::scratch ? static_cast<char*>(bufs.work)
                                                  : nullptr;
+  if (plan.work_at == WorkAt::scratch && n && !work) work = work_.at_least(n * es, dev);
   if (plan.work_at != WorkAt::none && n && !work) throw Error("hocc: the plan needs a work buffer and got none");
-  if (plan.layout.block_elems && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
+  if (count && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
   std::shared_ptr<RunRecord> rec;
   {
     std::lock_guard<std::mutex> lk(rec_mu_);
@@ -160,11 +168,9 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
       if (runs_.size() > keep_) runs_.pop_front();
     }
   }
-  Run r{static_cast<const char*>(bufs.input), static_cast<char*>(bufs.output), work, t, op, plan.steps.data(),
-        rec.get()};
+  Run r{static_cast<const char*>(bufs.input), output, work, t, op, plan.steps.data(), rec.get()};
   t_.prepare(plan);
   if (call) t_.begin(*call);
-  Device& dev = t_.device();
   if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);
   if (trace_)
     run_traced(plan, r, caller_stream);
@@ -173,9 +179,12 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   else
     run_threads(plan, r, caller_stream);
   if (plan.work_at == WorkAt::scratch) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
-  if (average && plan.collective != Op::all_gather)
-    dev.divide(r.output, plan.layout.block_elems, t, double(plan.world), caller_stream);
+  if (average && plan.collective != Op::all_gather) dev.divide(r.output, count, t, double(plan.world), caller_stream);
+  if (beside) dev.reduce(bufs.output, output, count, t, RedOp::none, caller_stream);
   if (!t_.async()) dev.sync(caller_stream);
+  // a large work buffer goes back at once (on a GPU, to torch's allocator on the caller's stream, which
+  // is ordered after the run): between calls only kKeepWork bytes stay
+  if (work_.size() > kKeepWork) work_.release();
   if (rec) rec->end();
 }
 

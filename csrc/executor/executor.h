@@ -31,7 +31,8 @@
 namespace hocc {
 
 // The caller's tensors and the work buffer (plan.layout.size() elements; only
-// read where plan.work_at is scratch). All on the transport's device.
+// read where plan.work_at is scratch; null: the executor's own). All on the
+// transport's device.
 struct Buffers {
   const void* input = nullptr;
   void* output = nullptr;
@@ -83,6 +84,12 @@ class Executor {
   void run_traced(const Plan& plan, const Run& r, void* caller_stream);
   void* lane_stream(int stage);
 
+  // The work buffer a plan needs when the caller gives none: kept between calls
+  // up to kKeepWork bytes (small calls, the many of a training loop, then pay no
+  // allocation), released after the run above it, so what the executor holds
+  // between calls is bounded whatever the largest call was.
+  static constexpr size_t kKeepWork = size_t(4) << 20;
+  Scratch work_;
   Transport& t_;
   std::vector<void*> streams_;  // one per stage, created on first use
   bool trace_ = false;

@@ -117,9 +117,20 @@ class C10dComm final : public Comm {
     // our data may leave at once: the successor only takes it once it has checked our call id
     std::vector<at::Tensor> s{tensor(send, send_n, t)}, r{tensor(into, recv_n, t)};
     c10::intrusive_ptr<c10d::Work> sw, rw;
-    if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
-    if (checking) check_end();
-    if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
+    if (!device_.is_cpu()) {
+      // NCCL: a send and a receive enqueued apart can wait on each other across ranks; grouped
+      // (ncclGroupStart/End, through c10d's coalescing) they cannot, and one work covers both
+      rw = post("a ring step", [&] {
+        pg_->startCoalescing();
+        if (send_n) pg_->send(s, next(), 0);
+        if (recv_n) pg_->recv(r, prev(), 0);
+        return pg_->endCoalescing();
+      });
+    } else {  // gloo's are independent; the call check (CPU only) goes between them
+      if (send_n) sw = post("a ring step", [&] { return pg_->send(s, next(), 0); });
+      if (checking) check_end();
+      if (recv_n) rw = post("a ring step", [&] { return pg_->recv(r, prev(), 0); });
+    }
     // the receive first: its end is what the recorder times the link by (a send into a slow link
     // may end later, and must not be charged to the link we receive on)
     finish(rw, "a ring step", "waiting for " + who(prev()) + " (the ring predecessor)");

@@ -25,7 +25,6 @@ import torch.distributed as dist
 
 from hocc.config import Config, get_config
 from hocc.engine.agreement import Call, check_all
-from hocc.engine.buffers import WorkPool
 from hocc.engine.comms import Communicators
 from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
@@ -71,7 +70,6 @@ class Engine:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
         self._lock = threading.Lock()
         self._outstanding = 0
-        self._pool = WorkPool()
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
         self._busy = 0  # runs in flight (worker or inline): teardown waits for them
         self._idle = threading.Condition(self._lock)
@@ -163,21 +161,10 @@ class Engine:
             if self.comms is not None:
                 self.comms.prepare(plan)
             entry.prepared = True
-        nbytes = plan.layout.size * inp.element_size() if plan.work_at == "scratch" else 0
-        # an in-place all_reduce that would reduce in the caller's tensor (native) goes through the work
-        # buffer, so that a failure leaves the tensor as it was (where failures are seen before the call
-        # returns: not on an async transport, whose errors surface later, on the stream)
-        beside = (nbytes == 0 and plan.collective == "all_reduce" and not self.transport.is_async
-                  and inp.data_ptr() == out.data_ptr() and inp.numel() > 0)
-        buf = self._pool.take(out.numel() * out.element_size() if beside else nbytes, inp.device)
-        into = buf.data_ptr() if beside else out.data_ptr()
-        dtype = dtype_name(inp.dtype)
+        # the work buffer is the executor's own (kept between calls only when small: Executor::kKeepWork);
         # the run is ordered on the caller's current stream (submit() made the call's stream current)
-        self.executor.run(entry.native, inp.data_ptr(), into, buf.data_ptr() if nbytes else 0, dtype, reduce_op,
-                          0, call.native() if call is not None else None, seq)
-        if beside:
-            load().reduce(out.data_ptr(), into, out.numel(), dtype, "copy")
-        self._pool.give_back(buf)
+        self.executor.run(entry.native, inp.data_ptr(), out.data_ptr(), 0, dtype_name(inp.dtype), reduce_op, 0,
+                          call.native() if call is not None else None, seq)
         if self.cfg.trace:
             self._log_trace(plan)
 
@@ -345,7 +332,6 @@ class Engine:
             record_dump.unregister(self.recorder)
             self.executor = self.transport = None
             self.info = dataclasses.replace(self.info, inner=None)
-            self._pool.clear()
             self.plans.clear()
             self._settings = None
             self.group = None
