@@ -59,14 +59,39 @@ def test_subgroups() -> None:
     run_world(8, _subgroups_body, env={"HOCC_TOPOLOGY": "2x4", "HOCC_CHUNKS": "2"})
 
 
-def _four_body(rank: int, world: int) -> None:
+def _four_body(rank: int, world: int, held: bool) -> None:
     check_all(rank, world, dtypes=(torch.float32, torch.int32, torch.float16), sizes=(1, 3, 4, 5, 37))
     check_list_forms(rank, world)
+    if held:
+        check_held_memory(rank, world)
+
+
+def check_held_memory(rank: int, world: int) -> None:
+    """What hocc holds between calls is bounded, whatever the largest call: the executor's work buffer
+    at most 4 MiB (Executor::kKeepWork), each communicator's scratch a part of one stage's region."""
+    from hocc.engine.registry import find_engine
+
+    big = 16 << 20  # bytes of the largest buffer of each call
+    n = big // 4
+    for algo in ("ho_ring", "ring", "native"):
+        x = torch.full((n,), float(rank + 1))
+        hocc.all_reduce(x, algo=algo)  # in place: native runs beside the caller's tensor
+        assert torch.equal(x, torch.full((n,), float(sum(range(1, world + 1))))), algo
+        out = torch.empty(n)
+        hocc.all_gather_into_tensor(out, torch.full((n // world,), float(rank)), algo=algo)
+        assert torch.equal(out, torch.arange(world).float().repeat_interleave(n // world)), algo
+        part = torch.empty(n // world)
+        hocc.reduce_scatter_tensor(part, torch.ones(n), algo=algo)
+        assert torch.equal(part, torch.full((n // world,), float(world))), algo
+    eng = find_engine(dist.group.WORLD, torch.device("cpu"))
+    assert eng is not None
+    assert eng.executor.held_bytes <= 4 << 20, eng.executor.held_bytes
+    assert eng.transport.held_bytes <= big // 2, eng.transport.held_bytes
 
 
 @pytest.mark.parametrize("spec", ["2x2", "4", "4x1"])
 def test_four_ranks(spec: str) -> None:
-    run_world(4, _four_body, env={"HOCC_TOPOLOGY": spec, "HOCC_CHUNKS": "4"})
+    run_world(4, _four_body, spec == "2x2", env={"HOCC_TOPOLOGY": spec, "HOCC_CHUNKS": "4"})
 
 
 def _one_body(rank: int, world: int) -> None:

@@ -65,6 +65,8 @@ class Executor {
   // "run:<command>" (runs a shell command, e.g. to cut a link, then goes on)
   void inject_fault(int stage, const std::string& action);
   void set_trace(bool on) { trace_ = on; }
+  // bytes of work buffer held between calls (at most kKeepWork)
+  size_t held_bytes() const { return work_.size(); }
   std::vector<StepTiming> take_timings();
   // Flight recorder (core/record.h): each run notes when this rank began and
   // ended it and each of its steps and ring exchanges; the executor keeps the

@@ -229,6 +229,8 @@ PYBIND11_MODULE(_C, m) {
       }, py::arg("stage"), py::arg("ranks"), py::arg("impl"))
       .def_property_readonly("is_async", &GroupTransport::async,
                              "true on a GPU: runs only enqueue on streams, and the host never waits for them")
+      .def_property_readonly("held_bytes", &GroupTransport::held_bytes,
+                             "bytes of scratch the communicators hold between calls")
       .def("clear", &GroupTransport::clear)
       .def("abort", &GroupTransport::abort, py::arg("why"));
 
@@ -253,6 +255,7 @@ PYBIND11_MODULE(_C, m) {
       .def("run", run, py::arg("plan"), py::arg("input"), py::arg("output"), py::arg("work"), py::arg("dtype"),
            py::arg("op"), py::arg("stream") = 0, py::arg("call") = py::none(), py::arg("seq") = -1)
       .def("set_trace", &Executor::set_trace)
+      .def_property_readonly("held_bytes", &Executor::held_bytes, "bytes of work buffer held between calls")
       .def("inject_fault", &Executor::inject_fault, py::arg("stage"), py::arg("action"),
            "for fault tests: fail in the next run on reaching `stage` (raise, kill, stop or exit)")
       .def("take_timings", [](Executor& e) {

@@ -65,6 +65,13 @@ bool GroupTransport::has(int stage, const std::vector<int>& ranks, Impl impl) co
   return comms_.count({stage, ranks, impl}) > 0;
 }
 
+size_t GroupTransport::held_bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n = 0;
+  for (const auto& [key, c] : comms_) n += c->scratch.size();
+  return n;
+}
+
 void GroupTransport::clear() {
   std::lock_guard<std::mutex> lk(mu_);
   comms_.clear();
