@@ -91,7 +91,10 @@ def check_held_memory(rank: int, world: int) -> None:
 
 @pytest.mark.parametrize("spec", ["2x2", "4", "4x1"])
 def test_four_ranks(spec: str) -> None:
-    run_world(4, _four_body, spec == "2x2", env={"HOCC_TOPOLOGY": spec, "HOCC_CHUNKS": "4"})
+    # 2x2 also in trace mode: every step from one thread in wavefront order, the GPU's path (Executor::
+    # run_wavefront), here over shared memory and gloo
+    env = {"HOCC_TOPOLOGY": spec, "HOCC_CHUNKS": "4", **({"HOCC_TRACE": "1"} if spec == "2x2" else {})}
+    run_world(4, _four_body, spec == "2x2", env=env)
 
 
 def _one_body(rank: int, world: int) -> None:

@@ -38,7 +38,12 @@ c10::ScalarType scalar_type(DType t) {
 }
 
 at::Tensor view(const void* p, size_t count, DType t, c10::Device device) {
-  return at::from_blob(const_cast<void*>(p), {int64_t(count)}, at::TensorOptions().dtype(scalar_type(t)).device(device));
+  // the device given, not looked up from the pointer (a driver call per view on CUDA, and an error for the
+  // null pointer of an empty tensor)
+  return at::for_blob(const_cast<void*>(p), {int64_t(count)})
+      .options(at::TensorOptions().dtype(scalar_type(t)))
+      .target_device(device)
+      .make_tensor();
 }
 
 namespace {

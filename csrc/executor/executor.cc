@@ -172,27 +172,26 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   t_.prepare(plan);
   if (call) t_.begin(*call);
   if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);
-  if (trace_)
-    run_traced(plan, r, caller_stream);
-  else if (t_.async())
-    run_async(plan, r, caller_stream);
+  if (trace_ || t_.async())
+    run_wavefront(plan, r, caller_stream, trace_);
   else
     run_threads(plan, r, caller_stream);
   if (plan.work_at == WorkAt::scratch) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
   if (average && plan.collective != Op::all_gather) dev.divide(r.output, count, t, double(plan.world), caller_stream);
   if (beside) dev.reduce(bufs.output, output, count, t, RedOp::none, caller_stream);
   if (!t_.async()) dev.sync(caller_stream);
-  // a large work buffer goes back at once (on a GPU, to torch's allocator on the caller's stream, which
-  // is ordered after the run): between calls only kKeepWork bytes stay
-  if (work_.size() > kKeepWork) work_.release();
+  // A large work buffer goes back at once: between calls only kKeepWork bytes stay. On a GPU every one
+  // does, to torch's allocator on the caller's stream (ordered after the run): a buffer kept for the next
+  // call could be packed by a call on another stream while this one's unpack is still pending.
+  if (t_.async() || work_.size() > kKeepWork) work_.release();
   if (rec) rec->end();
 }
 
-void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {
+void Executor::run_wavefront(const Plan& plan, const Run& r, void* caller_stream, bool timed) {
   Device& dev = t_.device();
   const RankSteps& lanes = plan.for_rank(t_.rank());
   // every event this run records, destroyed on the way out (CUDA keeps a
-  // destroyed event's pending waits valid)
+  // destroyed event's pending waits valid); on CPU there are none
   std::vector<void*> events;
   struct Release {
     Device& dev;
@@ -202,28 +201,42 @@ void Executor::run_async(const Plan& plan, const Run& r, void* caller_stream) {
     }
   } release{dev, events};
   auto record = [&](void* stream) { return events.emplace_back(dev.record(stream)); };
+  if (timed) dev.sync(caller_stream);  // a step's time is its own, not the packing's
   void* start = record(caller_stream);
   // done[s][k]: event recorded after this rank's steps (s, k) on stage s's stream
   std::vector<std::vector<void*>> done(plan.stages, std::vector<void*>(plan.chunks(), nullptr));
   std::vector<size_t> next(plan.stages, 0);
   std::vector<bool> started(plan.stages, false);
-  for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick) {
-    for (int s = 0; s < plan.stages; ++s) {
-      int k = tick - s;
-      if (k < 0 || k >= plan.chunks() || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
-      Lane lane{lane_stream(s), &dev};
-      if (!started[s]) {
-        dev.wait(lane.stream, start);
-        started[s] = true;
-      }
-      for (int p = s - 1; p >= 0; --p)  // the nearest earlier stage this rank ran for chunk k
-        if (done[p][k]) {
-          dev.wait(lane.stream, done[p][k]);
-          break;
+  try {
+    for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick) {
+      for (int s = 0; s < plan.stages; ++s) {
+        int k = tick - s;
+        if (k < 0 || k >= plan.chunks() || next[s] >= lanes[s].size() || lanes[s][next[s]].step->chunk != k) continue;
+        Lane lane{lane_stream(s), &dev};
+        if (!started[s]) {
+          dev.wait(lane.stream, start);
+          started[s] = true;
         }
-      while (next[s] < lanes[s].size() && lanes[s][next[s]].step->chunk == k) run_item(lanes[s][next[s]++], r, lane);
-      done[s][k] = record(lane.stream);
+        for (int p = s - 1; p >= 0; --p)  // the nearest earlier stage this rank ran for chunk k
+          if (done[p][k]) {
+            dev.wait(lane.stream, done[p][k]);
+            break;
+          }
+        while (next[s] < lanes[s].size() && lanes[s][next[s]].step->chunk == k) {
+          const Item& it = lanes[s][next[s]++];
+          auto t0 = std::chrono::steady_clock::now();
+          run_item(it, r, lane);
+          if (timed) {
+            dev.sync(lane.stream);
+            timings_.push_back({s, k, it.step->op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+          }
+        }
+        done[s][k] = record(lane.stream);
+      }
     }
+  } catch (const std::exception& e) {
+    t_.abort(e.what());
+    throw;
   }
   for (int s = 0; s < plan.stages; ++s)
     if (started[s]) dev.wait(caller_stream, record(lane_stream(s)));
@@ -287,31 +300,6 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
   for (auto& th : threads) th.join();
   if (mismatch) throw MismatchError(error);
   if (!error.empty()) throw Error(error);
-}
-
-void Executor::run_traced(const Plan& plan, const Run& r, void* caller_stream) {
-  Device& dev = t_.device();
-  dev.sync(caller_stream);
-  const RankSteps& lanes = plan.for_rank(t_.rank());
-  std::vector<size_t> next(plan.stages, 0);
-  try {
-    for (int tick = 0; tick < plan.chunks() + plan.stages - 1; ++tick)
-      for (int s = 0; s < plan.stages; ++s) {
-        const int k = tick - s;
-        Lane lane{lane_stream(s), &dev};
-        while (next[s] < lanes[s].size() && lanes[s][next[s]].step->chunk == k) {
-          const Item& it = lanes[s][next[s]++];
-          auto t0 = std::chrono::steady_clock::now();
-          run_item(it, r, lane);
-          dev.sync(lane.stream);
-          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          timings_.push_back({s, k, it.step->op, secs});
-        }
-      }
-  } catch (const std::exception& e) {
-    t_.abort(e.what());
-    throw;
-  }
 }
 
 }  // namespace hocc

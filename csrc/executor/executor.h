@@ -12,7 +12,8 @@
 //   blocking transports (in-process, shared memory, c10d): one thread per
 //     stage, handing chunks on through done flags; the first failure aborts
 //     the transport so peers fail instead of waiting, and is rethrown.
-// Trace mode runs the steps one at a time, in wavefront order, and times each.
+// Trace mode runs the steps one at a time, in wavefront order (the async path,
+// on any transport: blocking comms cannot deadlock in one global order), and times each.
 // A failing step's error names its stage, chunk, op and group; the transport
 // is then aborted (Transport::abort) so that peers fail instead of waiting.
 #pragma once
@@ -81,15 +82,17 @@ class Executor {
   struct Run;  // one call's buffers and types
   void run_item(const Item& it, const Run& r, const Lane& lane);
   void run_group(const Step& s, const GroupSlice& g, const Run& r, const Lane& lane);
-  void run_async(const Plan& plan, const Run& r, void* caller_stream);
+  // every step from this thread in wavefront order, lanes ordered by events (async transports: never
+  // blocks; trace mode: one step at a time, each timed)
+  void run_wavefront(const Plan& plan, const Run& r, void* caller_stream, bool timed);
   void run_threads(const Plan& plan, const Run& r, void* caller_stream);
-  void run_traced(const Plan& plan, const Run& r, void* caller_stream);
   void* lane_stream(int stage);
 
-  // The work buffer a plan needs when the caller gives none: kept between calls
-  // up to kKeepWork bytes (small calls, the many of a training loop, then pay no
-  // allocation), released after the run above it, so what the executor holds
-  // between calls is bounded whatever the largest call was.
+  // The work buffer a plan needs when the caller gives none: on CPU kept between
+  // calls up to kKeepWork bytes (small calls, the many of a training loop, then
+  // pay no allocation), released after the run above it, so what the executor
+  // holds between calls is bounded whatever the largest call was; on a GPU
+  // released after every run (torch's caching allocator keeps it cheap).
   static constexpr size_t kKeepWork = size_t(4) << 20;
   Scratch work_;
   Transport& t_;

@@ -11,7 +11,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -68,6 +70,17 @@ Plan make_plan(const std::string& collective, int world, int stages, const Layou
 }
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// the devices of direct calls from Python (Comm's collectives, reduce), one per name for the life of the
+// process: a comm's scratch lives on the device it was first used with
+Device& device_named(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Device>> devices;
+  std::lock_guard<std::mutex> lk(mu);
+  auto& d = devices[name];
+  if (!d) d = make_device(name);
+  return *d;
+}
 
 // SIGUSR1 -> a byte on a pipe, read by hocc/record/dump.py's thread, which
 // dumps the recorders: a Python handler would wait for the main thread, which
@@ -188,30 +201,30 @@ PYBIND11_MODULE(_C, m) {
                             uintptr_t src, const std::string& device) {
         DType t = parse_dtype(dtype);
         RedOp o = parse_op(op);
-        auto dev = make_device(device);
+        Device& dev = device_named(device);
         py::gil_scoped_release nogil;
         c.all_reduce(static_cast<const char*>(ptr(src ? src : buf)), static_cast<char*>(ptr(buf)), count, t, o,
-                     Lane{nullptr, dev.get()});
-        dev->sync(nullptr);
+                     Lane{nullptr, &dev});
+        dev.sync(nullptr);
       }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("src") = 0,
       py::arg("device") = "cpu", "in place on buf, or reading the input from src")
       .def("reduce_scatter", [](Comm& c, uintptr_t buf, size_t seg, const std::string& dtype, const std::string& op,
                                 const std::string& device) {
         DType t = parse_dtype(dtype);
         RedOp o = parse_op(op);
-        auto dev = make_device(device);
+        Device& dev = device_named(device);
         py::gil_scoped_release nogil;
         c.reduce_scatter(static_cast<char*>(ptr(buf)), static_cast<char*>(ptr(buf)), seg, t, o,
-                         Lane{nullptr, dev.get()});
-        dev->sync(nullptr);
+                         Lane{nullptr, &dev});
+        dev.sync(nullptr);
       }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("op"), py::arg("device") = "cpu")
       .def("all_gather", [](Comm& c, uintptr_t buf, size_t seg, const std::string& dtype, const std::string& device) {
         DType t = parse_dtype(dtype);
         char* b = static_cast<char*>(ptr(buf));
-        auto dev = make_device(device);
+        Device& dev = device_named(device);
         py::gil_scoped_release nogil;
-        c.all_gather(b + size_t(c.me) * seg * dtype_size(t), b, seg, t, Lane{nullptr, dev.get()});
-        dev->sync(nullptr);
+        c.all_gather(b + size_t(c.me) * seg * dtype_size(t), b, seg, t, Lane{nullptr, &dev});
+        dev.sync(nullptr);
       }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("device") = "cpu");
   m.def("c10d_comm", &make_c10d_comm, py::arg("backend"), py::arg("me"), py::arg("n"), py::arg("device") = "cpu",
         "a Comm over a torch.distributed backend object (ProcessGroupGloo, ProcessGroupNCCL) on `device`");
@@ -289,9 +302,9 @@ PYBIND11_MODULE(_C, m) {
                      const std::string& device) {
     DType t = parse_dtype(dtype);
     RedOp o = op == "copy" ? RedOp::none : parse_op(op);
-    auto dev = make_device(device);
+    Device& dev = device_named(device);
     py::gil_scoped_release nogil;
-    dev->reduce(ptr(dst), ptr(src), n, t, o, nullptr);
+    dev.reduce(ptr(dst), ptr(src), n, t, o, nullptr);
   }, "dst = dst (op) src by the device layer (on a GPU: on the current stream, not waited for)", py::arg("dst"),
         py::arg("src"), py::arg("n"), py::arg("dtype"), py::arg("op"), py::arg("device") = "cpu");
   m.def("reduce_many", [](uintptr_t dst, const std::vector<uintptr_t>& srcs, size_t n, const std::string& dtype,
