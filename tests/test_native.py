@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -137,6 +138,23 @@ def test_inproc_failure_in_one_rank_fails_all_promptly() -> None:
     assert all(torch.equal(o, torch.full((4096,), 5.0)) for o in outs), "outputs written after a failure"
     w.run(plan, ins, outs, "sum")  # the world is usable again
     assert all(torch.equal(o, torch.full((4096,), 8.0)) for o in outs)
+
+
+def test_c10d_comm_called_directly_again_and_again() -> None:
+    """A comm's collectives from Python (as the GPU check calls NCCL's): in place, so the comm's scratch is
+    used, and again, so the scratch kept from the last call is too (it once outlived its device)."""
+    c = native.load()
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=30))
+    comm = c.c10d_comm(pg, 0, 1, "cpu")
+    for n in (5, 1031, 3):
+        x = torch.arange(n, dtype=torch.float32)
+        comm.all_gather(x.data_ptr(), n, "float32")
+        comm.reduce_scatter(x.data_ptr(), n, "float32", "sum")
+        comm.all_reduce(x.data_ptr(), n, "float32", "max")
+        assert torch.equal(x, torch.arange(n, dtype=torch.float32)), n
+    y, src = torch.empty(7), torch.full((7,), 2.0)
+    comm.all_reduce(y.data_ptr(), 7, "float32", "sum", src=src.data_ptr())
+    assert torch.equal(y, src)
 
 
 def test_inproc_rejects_mismatched_buffers() -> None:
