@@ -19,9 +19,9 @@ class Device {
   virtual ~Device() = default;
   virtual bool is_cuda() const = 0;
   // streams and events are opaque handles; null on CPU. A null stream is the
-  // calling thread's current stream (torch's, for a torch device).
+  // calling thread's current stream (torch's, for a torch device). Streams
+  // belong to the device (a torch device's come from torch's pool).
   virtual void* new_stream() { return nullptr; }
-  virtual void free_stream(void*) {}
   virtual void* record(void* /*stream*/) { return nullptr; }
   virtual void wait(void* /*stream*/, void* /*event*/) {}
   virtual void free_event(void*) {}

@@ -1,6 +1,5 @@
 #include "executor/executor.h"
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -25,11 +24,6 @@ struct Executor::Run {
   RunRecord* rec;     // null: not recording
   char* buf(Buf b) const { return b == Buf::work ? work : b == Buf::output ? output : const_cast<char*>(input); }
 };
-
-Executor::~Executor() {
-  for (void* s : streams_)
-    if (s) t_.device().free_stream(s);
-}
 
 void* Executor::lane_stream(int stage) {
   while (int(streams_.size()) <= stage) streams_.push_back(t_.device().new_stream());

@@ -49,7 +49,6 @@ struct StepTiming {
 class Executor {
  public:
   explicit Executor(Transport& t) : t_(t) {}
-  ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -96,7 +95,7 @@ class Executor {
   static constexpr size_t kKeepWork = size_t(4) << 20;
   Scratch work_;
   Transport& t_;
-  std::vector<void*> streams_;  // one per stage, created on first use
+  std::vector<void*> streams_;  // one per stage, created on first use (the device's: it outlives them)
   bool trace_ = false;
   int fault_stage_ = -1;
   std::string fault_action_;
