@@ -4,6 +4,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ class C10dComm final : public Comm {
 
   void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override {
     lane.dev->on_stream(lane.stream, [&] {
+      if (tiny(count * dtype_size(t))) {
+        gather_tiny(src, count * dtype_size(t));
+        copy_in(held(0, count * dtype_size(t)), dst, count, t, lane);
+        for (int q = 1; q < n; ++q) lane.dev->reduce(dst, held(q, count * dtype_size(t)), count, t, op, lane.stream);
+        return;
+      }
       agree();
       copy_in(src, dst, count, t, lane);
       collective("all_reduce", [&] {
@@ -70,8 +77,14 @@ class C10dComm final : public Comm {
 
   void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override {
     lane.dev->on_stream(lane.stream, [&] {
+      const size_t es = dtype_size(t), in = size_t(n) * seg * es;
+      if (tiny(in)) {  // every member's input gathered; this member reduces its own segment
+        gather_tiny(src, in);
+        copy_in(held(0, in) + size_t(me) * seg * es, out, seg, t, lane);
+        for (int q = 1; q < n; ++q) lane.dev->reduce(out, held(q, in) + size_t(me) * seg * es, seg, t, op, lane.stream);
+        return;
+      }
       agree();
-      const size_t es = dtype_size(t);
       // gloo must not read and write the same memory: an output inside the input goes beside first
       const bool inside = out < src + size_t(n) * seg * es && src < out + seg * es;
       char* into = inside ? scratch.at_least(seg * es, *lane.dev) : out;
@@ -87,8 +100,13 @@ class C10dComm final : public Comm {
 
   void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override {
     lane.dev->on_stream(lane.stream, [&] {
-      agree();
       const size_t es = dtype_size(t);
+      if (tiny(seg * es)) {
+        gather_tiny(src, seg * es);
+        for (int q = 0; q < n; ++q) copy_in(held(q, seg * es), dst + size_t(q) * seg * es, seg, t, lane);
+        return;
+      }
+      agree();
       if (src < dst + size_t(n) * seg * es && dst < src + seg * es) {  // our own segment in place: apart first
         char* apart = scratch.at_least(seg * es, *lane.dev);
         copy_in(src, apart, seg, t, lane);
@@ -108,6 +126,12 @@ class C10dComm final : public Comm {
   }
 
  private:
+  // what a call check sends (fixed size: a check can never meet a receive of another size)
+  struct Frame {
+    CallId id;
+    char data[kTinyBytes];
+  };
+  static_assert(sizeof(Frame) == kFrameBytes, "a frame is kFrameBytes");
   void exchange_here(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                      const Lane& lane) {
     const bool checking = check_begin();
@@ -160,9 +184,9 @@ class C10dComm final : public Comm {
   bool check_begin() {
     check_usable();
     if (!call || !device_.is_cpu() || call->seq == agreed_) return false;
-    mine_ = *call;
-    theirs_ = CallId{};
-    theirs_.magic = 0;
+    mine_.id = *call;
+    theirs_.id = CallId{};
+    theirs_.id.magic = 0;
     std::vector<at::Tensor> s{bytes(&mine_)}, r{bytes(&theirs_)};
     hs_ = post("the call check", [&] { return pg_->send(s, next(), kCheckTag); });
     hr_ = post("the call check", [&] { return pg_->recv(r, prev(), kCheckTag); });
@@ -170,13 +194,16 @@ class C10dComm final : public Comm {
   }
   void check_end() {
     finish(hr_, "the call check", "waiting for " + who(prev()) + " (the ring predecessor)");
-    std::string d = differences(mine_, theirs_);
+    compare(prev(), " (the ring predecessor)");
+    agreed_ = mine_.id.seq;
+  }
+  void compare(int member, const char* role) const {
+    std::string d = differences(mine_.id, theirs_.id);
     if (!d.empty())
-      throw MismatchError("hocc: the ranks disagree on this call: " + who(prev()) + " (the ring predecessor) is in " +
-                          describe(theirs_) + ", this rank in " + describe(mine_) + ": " + d +
+      throw MismatchError("hocc: the ranks disagree on this call: " + who(member) + role + " is in " +
+                          describe(theirs_.id) + ", this rank in " + describe(mine_.id) + ": " + d +
                           ". Every rank must make the same collective calls in the same order with the same "
                           "sizes, dtypes and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)");
-    agreed_ = mine_.seq;
   }
   void check_done() { finish(hs_, "the call check", "sending to " + who(next()) + " (the ring successor)"); }
   void agree() {
@@ -185,7 +212,42 @@ class C10dComm final : public Comm {
       check_done();
     }
   }
-  static at::Tensor bytes(CallId* c) { return at::from_blob(c, {int64_t(sizeof(CallId))}, at::kByte); }
+  static at::Tensor bytes(Frame* f) { return at::from_blob(f, {int64_t(sizeof(Frame))}, at::kByte); }
+
+  // Tiny calls. On CPU, a collective whose members' inputs all fit in one
+  // frame (n x `bytes` <= kTinyBytes) runs as frames alone: an all-gather of
+  // the inputs in ceil(log2 n) steps (at step k member i sends the 2^k inputs
+  // it holds to member i+2^k: Bruck's all-gather, turned to the ring's
+  // direction), then each member reduces them in member order, so every
+  // member gets the same bits. Step 0 is the call check's own exchange with
+  // the same neighbours, and every frame carries the CallId: the check costs
+  // no message of its own, and a member in another call (tiny or not) is
+  // caught at step 0 as before. gloo's own all-reduce takes 2(n-1) steps.
+  bool tiny(size_t bytes) const { return device_.is_cpu() && n > 1 && size_t(n) * bytes <= kTinyBytes; }
+  // After gather_tiny, member q's input (mine_.data holds member me-j's at j)
+  const char* held(int q, size_t bytes) const { return mine_.data + size_t((me - q + n) % n) * bytes; }
+  void gather_tiny(const char* src, size_t len) {
+    check_usable();
+    mine_.id = call ? *call : CallId{};
+    std::memcpy(mine_.data, src, len);
+    for (int have = 1, step = 0; have < n; ++step) {
+      const int d = have, to = (me + d) % n, from = (me - d + n) % n;
+      const int m = std::min(have, n - have);  // inputs that go: the receiver lacks only n - have
+      theirs_.id = CallId{};
+      theirs_.id.magic = 0;
+      std::vector<at::Tensor> s{bytes(&mine_)}, r{bytes(&theirs_)};
+      const std::string peer = step == 0 ? " (the ring predecessor)" : " (the tiny all-gather's step " +
+                                                                           std::to_string(step) + " peer)";
+      hs_ = post("a tiny call", [&] { return pg_->send(s, to, kCheckTag); });
+      hr_ = post("a tiny call", [&] { return pg_->recv(r, from, kCheckTag); });
+      finish(hr_, "a tiny call", "waiting for " + who(from) + peer);
+      if (call) compare(from, peer.c_str());
+      finish(hs_, "a tiny call", "sending to " + who(to));
+      std::memcpy(mine_.data + size_t(have) * len, theirs_.data, size_t(m) * len);
+      have += m;
+    }
+    if (call) agreed_ = call->seq;
+  }
 
   // a point-to-point op, tracked so that abort() can wake its wait
   template <class F>
@@ -248,7 +310,7 @@ class C10dComm final : public Comm {
   c10::intrusive_ptr<c10d::Backend> pg_;
   const c10::Device device_;
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
-  CallId mine_, theirs_;             // the call check's buffers
+  Frame mine_, theirs_;  // the call check's buffers, and a tiny call's
   c10::intrusive_ptr<c10d::Work> hs_, hr_;
   std::mutex mu_;
   std::string aborted_;

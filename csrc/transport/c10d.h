@@ -15,6 +15,13 @@
 
 namespace hocc {
 
+// Every call check on a CPU backend sends one frame of kFrameBytes: the
+// CallId, then room for a tiny call's data. A collective whose gathered
+// inputs fit that room (n members x their input <= kTinyBytes) runs as frames
+// alone, the check folded into its data (c10d.cc, "tiny calls").
+constexpr size_t kFrameBytes = 512;
+constexpr size_t kTinyBytes = kFrameBytes - sizeof(CallId);
+
 // `backend`: a Python torch.distributed backend object; this rank is member
 // `me` of its `n`; `device`: where the buffers live ("cpu", "cuda:0", ...)
 std::shared_ptr<Comm> make_c10d_comm(pybind11::handle backend, int me, int n, const std::string& device);
