@@ -45,6 +45,12 @@ class Config:
       (hocc/record/; 0: off). Read when an engine is made.
     record_dir: where recorder dumps go (on a failed call, on SIGUSR1, on
       hocc.dump_record()); None: <tmp>/hocc-record.
+    tune: auto times its candidates on the first calls of each (collective,
+      dtype, size bucket) and keeps the fastest (hocc/engine/tuning.py);
+      HOCC_TUNE=0: the model's choice (and a tuning file's) without trials.
+    tuning_file: where measured choices persist between jobs
+      (HOCC_TUNING_FILE; None: kept for this process only). Read when an
+      engine is made; written by each group's rank 0 as buckets are decided.
     planner: pipeline-depth bounds and cost-model parameters."""
 
     algo: str = "auto"
@@ -59,6 +65,8 @@ class Config:
     malloc_trim_s: float = 1.0
     record: int = 2048
     record_dir: str | None = None
+    tune: bool = True
+    tuning_file: str | None = None
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     @staticmethod
@@ -103,6 +111,14 @@ class Config:
             cfg = replace(cfg, record=0 if val in ("off", "false") else _count(env, "HOCC_RECORD"))
         if env.get("HOCC_RECORD_DIR", "").strip():
             cfg = replace(cfg, record_dir=env["HOCC_RECORD_DIR"].strip())
+        if env.get("HOCC_TUNE", "").strip():
+            val = env["HOCC_TUNE"].strip().lower()
+            if val not in ("0", "1", "false", "true", "off", "on"):
+                raise ValueError(f"HOCC_TUNE={env['HOCC_TUNE']!r} must be 1 (measure auto's choices, the default) "
+                                 "or 0 (the cost model's, and a tuning file's)")
+            cfg = replace(cfg, tune=val in ("1", "true", "on"))
+        if env.get("HOCC_TUNING_FILE", "").strip():
+            cfg = replace(cfg, tuning_file=env["HOCC_TUNING_FILE"].strip())
         if env.get("HOCC_SHM_WAIT"):
             cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
         planner = cfg.planner

@@ -30,6 +30,8 @@ from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plans import Compiled, PlanCache
+from hocc.engine.tuning import Trial, Tuner, timed
+from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work, on_stream
 from hocc.executor import load
@@ -39,6 +41,7 @@ from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
 from hocc.record import dump as record_dump
 from hocc.record.recorder import Recorder
+from hocc.topology.spec import to_spec
 
 log = logging.getLogger("hocc")
 
@@ -67,6 +70,8 @@ class Engine:
         self.last_plan: Plan | None = None
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
+        self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
+        self._tuning_file = TuningFile(cfg.tuning_file) if cfg.tuning_file else None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
         self._lock = threading.Lock()
         self._outstanding = 0
@@ -96,16 +101,53 @@ class Engine:
                                                     cfg.ring_ops))
         return self._settings[1]
 
-    def _compiled(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config) -> Compiled:
-        entry = self.plans.get(collective, count, elem_size, algo, self.settings(cfg))
+    def tuner(self, cfg: Config | None = None) -> Tuner:
+        """auto's choices under `cfg`'s planner settings (hocc.engine.tuning)."""
+        cfg = cfg or get_config()
+        settings = self.settings(cfg)
+        t = self._tuners.get(settings)
+        if t is None:
+            key = f"{self.device.type} {to_spec(self.topology) or self.topology.shape()} world={self.size} " \
+                  f"ring_ops={','.join(settings.ring_ops) or 'none'} host={settings.host_impl or 'net'}"
+            t = self._tuners[settings] = Tuner(self.topology, settings, self.device.type, cfg.tune,
+                                               self._agree_max, self._tuning_file, key, self.rank == 0)
+        return t
+
+    def _agree_max(self, values: list[float]) -> list[float]:
+        """Every rank's values, maxed element-wise over the group (on the worker, in call order)."""
+        t = torch.tensor(values, dtype=torch.float64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX  # type: ignore[assignment]  # torch accepts the enum member
+        self._checker().allreduce([t], opts).wait()
+        return [float(v) for v in t]
+
+    def _compiled(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config,
+                  dtype: str = "float32") -> tuple[Compiled, Trial | None]:
+        settings = self.settings(cfg)
+        trial = None
+        if algo == "auto":
+            pick, trial = self.tuner(cfg).pick(collective, count, elem_size, dtype,
+                                               lambda: self.failed or self.closed)
+            entry = self.plans.get(collective, count, elem_size, pick.algo, pick.settings(settings))
+            why = "auto, " + ("tuning: a trial" if trial is not None else pick.why)
+            if entry.plan.reason != why:
+                entry.plan = dataclasses.replace(entry.plan, reason=why)
+        else:
+            entry = self.plans.get(collective, count, elem_size, algo, settings)
         if cfg.debug:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), entry.plan.summary())
-        return entry
+        return entry, trial
 
     def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config | None = None) -> Plan:
         """The plan a call would run (count per rank: the all_reduce tensor, the
-        all_gather input, the reduce_scatter output)."""
-        return self._compiled(collective, count, elem_size, algo, cfg or get_config()).plan
+        all_gather input, the reduce_scatter output); for auto, what the
+        tables say now (a bucket still in trials: the model's pick)."""
+        cfg = cfg or get_config()
+        if algo == "auto":
+            key_bytes = count * elem_size
+            pick = self.tuner(cfg).table(collective, elem_size).pick(key_bytes)
+            return self.plans.get(collective, count, elem_size, pick.algo, pick.settings(self.settings(cfg))).plan
+        return self._compiled(collective, count, elem_size, algo, cfg)[0].plan
 
     # -- running ----------------------------------------------------------------
     def run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str = "sum",
@@ -118,27 +160,28 @@ class Engine:
         if self.failed is not None:
             raise self._failed_earlier(collective)
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
-        entry = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg)
-        self.last_plan = entry.plan
         dtype = dtype_name(inp.dtype)
+        entry, trial = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
+        self.last_plan = entry.plan
         call = Call(self._seq, collective, count, dtype, reduce_op, entry.plan.algo, entry.hash)
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
         made = time.time_ns() if self.recorder.on else 0  # the flight recorder's enqueue time
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, made), [out], async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, made, trial), [out],
+                           async_op)
 
     def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: str, made: int) -> None:
+                 check: str, made: int, trial: Trial | None = None) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, check, made)
+            self._execute_checked(entry, inp, out, reduce_op, call, check, made, trial)
 
     def _execute_checked(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         check: str, made: int) -> None:
+                         check: str, made: int, trial: Trial | None) -> None:
         # the flight recorder notes what was called here, on the worker (an async caller's thread then does
         # nothing more: its GIL time is what the worker waits for); the executor notes the run
         if made:
@@ -148,11 +191,18 @@ class Engine:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
             self.watchdog.begin()
-            self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
+            if trial is None:
+                self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
+            else:  # a tuning trial: timed (on a GPU, to its end on the stream), then reported
+                with timed(self.device) as took:
+                    self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
+                trial.tuner.measured(trial, took())
         except Exception as e:
             raise self._fail(call, entry.plan, e) from e
         finally:
             self.watchdog.end()
+            if trial is not None and trial.last:
+                trial.bucket.done.set()  # decided, or failed: no caller waits on it any longer
 
     def _run_plan(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
                   call: Call | None, seq: int) -> None:
@@ -334,6 +384,7 @@ class Engine:
             self.info = dataclasses.replace(self.info, inner=None)
             self.plans.clear()
             self._settings = None
+            self._tuners.clear()
             self.group = None
         self.watchdog.close()
         if comms is not None:

@@ -56,7 +56,7 @@ class Prediction:
     chunks: int = 1
 
 
-def _chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: int | None = None) -> list[int]:
+def chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: int | None = None) -> list[int]:
     if cfg.chunks is not None:
         return [max(1, cfg.chunks)]
     out, k = [1], 2
@@ -75,7 +75,7 @@ def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
     on unequal hosts whose cuts' common denominator is huge, ho_ring_uneven)."""
     best: Prediction | None = None
     total = count * elem_size * (1 if collective == "all_reduce" else topo.world_size)
-    for k in _chunk_choices(count, elem_size, cfg, total):
+    for k in chunk_choices(count, elem_size, cfg, total):
         priced = price_ho_ring(collective, topo, count, elem_size, cfg, k)
         if priced is None:
             return None
@@ -114,19 +114,20 @@ def predict_all(collective: str, count: int, elem_size: int, topo: Topology,
                 cfg: PlannerConfig | None = None) -> dict[str, Prediction]:
     """Predicted time of every algorithm that can run (native, ring, ho_ring)."""
     cfg = cfg or PlannerConfig()
-    if cfg.params.native == "nccl":  # what NCCL itself would run (hocc.plan.nccl_native)
-        native = predict_nccl(collective, topo, count, elem_size, cfg.params)[1]
-    else:
-        native = predict(build_native(collective, topo.world_size, count, ring_tier(topo)), topo, elem_size,
-                         cfg.params)
     out = {
-        "native": Prediction("native", native),
+        "native": Prediction("native", _predict_native(collective, count, elem_size, topo, cfg)),
         "ring": Prediction("ring", predict(build_ring(collective, topo, count), topo, elem_size, cfg.params)),
     }
     ho = predict_ho_ring(collective, topo, count, elem_size, cfg)
     if ho is not None:
         out["ho_ring"] = ho
     return out
+
+
+def _predict_native(collective: str, count: int, elem_size: int, topo: Topology, cfg: PlannerConfig) -> float:
+    if cfg.params.native == "nccl":  # what NCCL itself would run (hocc.plan.nccl_native)
+        return predict_nccl(collective, topo, count, elem_size, cfg.params)[1]
+    return predict(build_native(collective, topo.world_size, count, ring_tier(topo)), topo, elem_size, cfg.params)
 
 
 def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, collective: str = "") -> str:
@@ -147,30 +148,53 @@ def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, colle
 
 
 def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo: str = "auto",
-              cfg: PlannerConfig | None = None) -> Plan:
+              cfg: PlannerConfig | None = None, reason: str = "") -> Plan:
     """The plan for one call: `count` is the element count per rank (all_reduce:
-    the tensor; reduce_scatter: the output; all_gather: the input)."""
+    the tensor; reduce_scatter: the output; all_gather: the input). A named
+    algo is built without pricing the others (HO-Ring's K: cfg.chunks, else
+    the model's); 'auto' prices all three and takes choose()'s pick."""
     cfg = cfg or PlannerConfig()
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
     if algo not in (*ALGOS, "auto"):
         raise ValueError(f"unknown algo {algo!r}; expected one of {(*ALGOS, 'auto')}")
-    preds = predict_all(collective, count, elem_size, topo, cfg)
-    reason = "asked for"
-    pick = algo
-    if algo == "ho_ring" and "ho_ring" not in preds:
-        pick = "ring"
+    if algo == "auto":
+        preds = predict_all(collective, count, elem_size, topo, cfg)
+        pick = choose(preds, cfg, collective)
+        reason = reason or "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
+        return build_plan(collective, count, elem_size, topo, pick, cfg, reason, preds[pick])
+    return build_plan(collective, count, elem_size, topo, algo, cfg, reason or "asked for")
+
+
+def build_plan(collective: str, count: int, elem_size: int, topo: Topology, algo: str, cfg: PlannerConfig,
+               reason: str, pred: Prediction | None = None) -> Plan:
+    """One algorithm's plan, its predicted time attached (`pred`, else priced
+    here); ho_ring that cannot run on `topo` falls back to the ring, saying so."""
+    if algo == "ho_ring":
+        k = cfg.chunks if pred is None or pred.algo != "ho_ring" else pred.chunks
+        if k is None:
+            ho_pred = predict_ho_ring(collective, topo, count, elem_size, cfg)
+            k = ho_pred.chunks if ho_pred is not None else 1
+            pred = ho_pred
+        plan = build_ho_ring(collective, topo, count, k, cfg.ring_ops, cfg.host_impl)
+        if plan is not None:
+            if pred is None:
+                priced = price_ho_ring(collective, topo, count, elem_size, cfg, k)
+                pred = Prediction("ho_ring", priced[1].evaluate(topo.links, cfg.params), priced[0]) if priced else None
+            return _finish(plan, pred, reason)
+        algo, pred = "ring", None
         reason = (f"ho_ring's {collective} on topology {topo.shape()} would need cuts too fine to pad to "
                   f"(hocc.plan.ho_ring_uneven.MAX_UNIT), so the topology-ordered ring ran")
-    elif algo == "auto":
-        pick = choose(preds, cfg, collective)
-        reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
-    if pick == "native":
+    if algo == "native":
         plan = build_native(collective, topo.world_size, count, ring_tier(topo))
-    elif pick == "ring":
-        plan = build_ring(collective, topo, count)
+        if pred is None:
+            pred = Prediction("native", _predict_native(collective, count, elem_size, topo, cfg))
     else:
-        ho = build_ho_ring(collective, topo, count, preds["ho_ring"].chunks, cfg.ring_ops, cfg.host_impl)
-        assert ho is not None
-        plan = ho
-    return route_buffers(replace(plan, predicted_s=preds[pick].seconds, reason=reason))
+        plan = build_ring(collective, topo, count)
+        if pred is None:
+            pred = Prediction("ring", predict(plan, topo, elem_size, cfg.params))
+    return _finish(plan, pred, reason)
+
+
+def _finish(plan: Plan, pred: Prediction | None, reason: str) -> Plan:
+    return route_buffers(replace(plan, predicted_s=pred.seconds if pred else None, reason=reason))

@@ -2,8 +2,8 @@
 `hocc calibrate` (fit the cost model to hocc-bench results or nccl-tests
 logs), `hocc topo` (what this machine's topology looks like) and `hocc paro`
 (PaRO-DP: which sharding strategy to train with), `hocc trace` (read the
-flight recorder's dumps). None needs ranks,
-torch.distributed or a GPU."""
+flight recorder's dumps) need no ranks, torch.distributed or GPU; `hocc tune`
+(measure auto's choices into a tuning file) runs under torchrun."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hocc.tools import calibrate_cli, paro_cli, plan_cli, topo_cli, trace_cli
+from hocc.tools import calibrate_cli, paro_cli, plan_cli, topo_cli, trace_cli, tune_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("calibrate", calibrate_cli, "fit the cost model to hocc-bench JSON or nccl-tests logs"),
                 ("topo", topo_cli, "detect this machine's GPUs, NVLink and NICs; print a spec"),
                 ("paro", paro_cli, "PaRO-DP: advise a sharding strategy"),
+                ("tune", tune_cli, "under torchrun: measure auto's choices per size into a tuning file"),
                 ("trace", trace_cli, "merge every rank's flight-recorder dump: who hangs, who is slow, where"))
     for name, mod, help_text in commands:
         mod.add_arguments(sub.add_parser(name, help=help_text, description=mod.__doc__,

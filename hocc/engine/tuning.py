@@ -1,0 +1,245 @@
+"""Measured selection: what `auto` runs, per (collective, dtype, size bucket),
+decided by timing the candidates on the cluster the job runs on.
+
+The first calls of a bucket are trials. Each candidate (native, the
+topology-ordered ring, HO-Ring at a few pipeline depths) runs a warm-up call
+the first time this engine runs it (communicator set-up is not timed), then
+one or two timed calls; the schedule follows from the call sequence alone, so
+every rank runs the same candidate in the same call. After the last trial each
+candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
+own gloo group), the fastest wins, and the bucket runs it from then on at the
+cost of a lookup. The same agreed times refit the cost model's link
+parameters (hocc.tools.calibrate, CPU only), and the crossover tables of sizes
+not measured yet are priced with them.
+
+Decisions persist in a tuning file (HOCC_TUNING_FILE, hocc.engine.tuning_file)
+under a key naming the group's topology, device and settings; a later job
+with the same key starts from them and measures nothing it already knows.
+HOCC_TUNE=0 turns trials off (the file's picks, else the model's, still
+apply). Reproducibility: different algorithms add in different orders, so an
+auto call's floating-point bits can change at the end of a bucket's trials,
+and between jobs that tuned differently; a job that loads a tuning file
+covering its sizes, or runs with HOCC_TUNE=0, picks the same plans every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from hocc.engine.tuning_file import TuningFile
+from hocc.plan.crossover import Crossover, Pick, bucket_of, human
+from hocc.plan.planner import PlannerConfig, Prediction, chunk_choices, predict_all
+from hocc.topology import Topology
+
+log = logging.getLogger("hocc")
+
+# HO-Ring pipeline depths tried besides the model's own: a spread wide enough
+# that a model priced for the wrong links still has the right K among them
+TRIED_CHUNKS = (1, 4, 16)
+# candidates run twice timed, once when the model prices one of them above this
+ONE_TIMED_ABOVE_S = 0.25
+
+
+@dataclass
+class _Bucket:
+    """One (collective, dtype, bucket)'s trials: the candidates, the call
+    schedule (candidate index, timed?), and what this rank measured."""
+
+    candidates: list[Pick]
+    schedule: list[tuple[int, bool]]
+    count: int
+    elem_size: int
+    issued: int = 0
+    times: dict[int, float] = field(default_factory=dict)
+    decided: Pick | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A call that is one of a bucket's trials: time it, and report back (tuner.measured)."""
+
+    tuner: Tuner
+    bucket: _Bucket
+    key: tuple[str, str, int]
+    candidate: int
+    timed: bool
+    last: bool
+
+
+class Tuner:
+    """auto's choices for one engine under one set of planner settings.
+    `agree(values)` is an all-reduce MAX over the group, run on the engine's
+    worker in call order."""
+
+    def __init__(self, topology: Topology, settings: PlannerConfig, device: str, trials: bool,
+                 agree: Callable[[list[float]], list[float]], file: TuningFile | None, key: str,
+                 writer: bool) -> None:
+        self.topology, self.base, self.device = topology, settings, device
+        self.trials = trials and topology.world_size > 1
+        self.agree, self.file, self.key, self.writer = agree, file, key, writer
+        self.model_topo, self.model_cfg = topology, settings  # refitted by measurements (CPU)
+        self._tables: dict[tuple[str, int], Crossover] = {}
+        self._buckets: dict[tuple[str, str, int], _Bucket] = {}
+        self._decided: dict[tuple[str, str, int], Pick] = {}
+        self._warm: set[tuple[str, str]] = set()  # (collective, algo) run by this engine
+        self._samples: list[tuple[str, int, int, str, int | None, float]] = []
+        self._lock = threading.Lock()
+        if file is not None:
+            self._decided.update(file.picks(key))
+            fitted = file.fit(key)
+            if fitted is not None and device == "cpu":
+                self._use_fit(fitted)
+
+    # -- the caller's side (call order) ------------------------------------------
+    def pick(self, collective: str, count: int, elem_size: int, dtype: str,
+             gone: Callable[[], str | None] = lambda: None) -> tuple[Pick, Trial | None]:
+        """What this call runs, and the trial it is (None: not a trial).
+        `gone`: why the engine can no longer run calls (None: it can); a wait
+        for a decision ends with it."""
+        key = (collective, dtype, bucket_of(count * elem_size))
+        with self._lock:
+            known = self._decided.get(key)
+        if known is not None:
+            return known, None
+        if not self.trials:
+            return self.table(collective, elem_size).pick(count * elem_size), None
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
+        if b.issued >= len(b.schedule):  # every trial issued: wait for the worker's decision
+            while not b.done.wait(0.5) and gone() is None:
+                pass
+            if b.decided is None:
+                raise RuntimeError(f"hocc: tuning {collective} of {dtype} for {human(count * elem_size)} failed "
+                                   "(see the group's first failure)")
+            return b.decided, None
+        cand, timed = b.schedule[b.issued]
+        b.issued += 1
+        return b.candidates[cand], Trial(self, b, key, cand, timed, b.issued == len(b.schedule))
+
+    def table(self, collective: str, elem_size: int) -> Crossover:
+        """The model's crossover table for (collective, element size), made once."""
+        with self._lock:
+            t = self._tables.get((collective, elem_size))
+            if t is None:
+                t = self._tables[(collective, elem_size)] = Crossover(collective, elem_size, self.model_topo,
+                                                                      self.model_cfg)
+            return t
+
+    def _plan_trials(self, collective: str, count: int, elem_size: int) -> _Bucket:
+        preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
+        cands = [Pick("native", None, "trial"), Pick("ring", None, "trial")]
+        if "ho_ring" in preds:
+            total = count * elem_size * (1 if collective == "all_reduce" else self.topology.world_size)
+            allowed = chunk_choices(count, elem_size, self.base, total)
+            ks = {preds["ho_ring"].chunks, max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
+            if self.base.chunks is not None:  # HOCC_CHUNKS fixes K
+                ks = {self.base.chunks}
+            cands += [Pick("ho_ring", k, "trial") for k in sorted(ks)]
+        # warm-ups first, then timed rounds over every candidate (interleaved: a slow spell hits all alike)
+        schedule: list[tuple[int, bool]] = []
+        for i, c in enumerate(cands):
+            if (collective, c.algo) not in self._warm:
+                self._warm.add((collective, c.algo))
+                schedule.append((i, False))
+        rounds = 1 if max(_predicted(preds, c) for c in cands) > ONE_TIMED_ABOVE_S else 2
+        schedule += [(i, True) for _ in range(rounds) for i in range(len(cands))]
+        return _Bucket(cands, schedule, count, elem_size)
+
+    # -- the worker's side (call order) ------------------------------------------
+    def measured(self, trial: Trial, seconds: float) -> None:
+        """A trial call ran in `seconds` on this rank; after a bucket's last, decide it."""
+        b = trial.bucket
+        if trial.timed:
+            b.times[trial.candidate] = min(seconds, b.times.get(trial.candidate, float("inf")))
+        if trial.last:
+            try:
+                self._decide(trial.key, b)
+            finally:
+                b.done.set()
+
+    def _decide(self, key: tuple[str, str, int], b: _Bucket) -> None:
+        mine = [b.times[i] for i in range(len(b.candidates))]
+        slowest = self.agree(mine)  # the same list on every rank
+        best = min(range(len(slowest)), key=lambda i: (slowest[i], i))
+        won = b.candidates[best]
+        why = "measured: " + ", ".join(f"{_label(c)} {t * 1e3:.3f} ms"
+                                       for c, t in zip(b.candidates, slowest, strict=True))
+        pick = Pick(won.algo, won.chunks, why)
+        b.decided = pick
+        with self._lock:
+            self._decided[key] = pick
+        self._samples += [(key[0], b.count, b.elem_size, c.algo, c.chunks, t)
+                          for c, t in zip(b.candidates, slowest, strict=True)]
+        log.info("hocc tuning: %s %s bucket %d: %s -> %s", key[0], key[1], key[2], why, _label(pick))
+        fit = self._refit()
+        if self.file is not None and self.writer:
+            self.file.save(self.key, {f"{k[0]}/{k[1]}/{k[2]}": p for k, p in self._decided.items()}, fit)
+
+    def _refit(self) -> dict[str, Any] | None:
+        """Fit the CPU cost model to every agreed time so far; the tables of
+        sizes not measured yet are priced with it. The GPU model (NCCL's
+        algorithms) is not what hocc.tools.calibrate fits, so GPUs keep it."""
+        if self.device != "cpu" or len({s[1] for s in self._samples}) < 2:
+            return None
+        from hocc.tools.calibrate import Sample, calibrate, price
+
+        samples = []
+        for op, count, elem, algo, chunks, secs in self._samples:
+            cost, k = price(op, algo, count, elem, self.topology, self.base, chunks)
+            samples.append(Sample("tuning", self.topology, op, count * elem, algo, secs, cost, k))
+        fit = calibrate(samples, iterations=20)
+        fitted = {"efficiency": fit.efficiency, "latency": fit.latency, "params": fit.params.to_dict(),
+                  "rms_log": fit.rms_log}
+        self._use_fit(fitted)
+        return fitted
+
+    def _use_fit(self, fitted: dict[str, Any]) -> None:
+        from hocc.plan.cost import CostParams
+        from hocc.tools.calibrate import Fit
+
+        fit = Fit(fitted["efficiency"], fitted["latency"], CostParams.from_dict(fitted["params"]))
+        topo = Topology(self.topology.host_infos(), fit.links_for(self.topology.links))
+        with self._lock:
+            self.model_topo, self.model_cfg = topo, replace(self.base, params=fit.params)
+            self._tables.clear()
+
+    def decided(self) -> dict[tuple[str, str, int], Pick]:
+        with self._lock:
+            return dict(self._decided)
+
+
+@contextlib.contextmanager
+def timed(device: torch.device) -> Iterator[Callable[[], float]]:
+    """Seconds the block took: wall time on CPU; on a GPU, from events on the
+    current stream (waited for: trials are few)."""
+    secs = [0.0]
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield lambda: secs[0]
+        end.record()
+        end.synchronize()
+        secs[0] = start.elapsed_time(end) / 1e3
+    else:
+        t0 = time.perf_counter()
+        yield lambda: secs[0]
+        secs[0] = time.perf_counter() - t0
+
+
+def _predicted(preds: dict[str, Prediction], c: Pick) -> float:
+    p = preds.get(c.algo)
+    return p.seconds if p is not None else 0.0
+
+
+def _label(p: Pick) -> str:
+    return f"{p.algo}@{p.chunks}" if p.algo == "ho_ring" else p.algo
