@@ -39,6 +39,23 @@ A3 = "lessizzmore/create-a3mega-ztan-fork, ztan-NCCL-test-result (all_reduce_per
 OCI = ("oracle-japan/ocitutorials, tutorial 'NCCL Tests実行方法 (BM.GPU.H100.8編)' "
        "(all_reduce_perf log, 2 OCI BM.GPU.H100.8, NCCL 2.21.5)")
 
+I309 = "github.com/NVIDIA/nccl-tests/issues/309"
+GJ = (f"{I309} (comments by gj-aion, 2025-06-18: all_reduce_perf -b 1M -e 8G on 2, 4 and all 8 nodes of one "
+      "8-node H100 cluster, 400G InfiniBand, default NCCL settings)")
+GJ_CLUSTER = "gj-aion's 8 x H100 (8 x 400G IB)"
+QV = (f"{I309} (comment by qoofyk, 2025-05-23: all_reduce_perf -b 8 -e 16g on 4 H100 VMs, 32 GPU-NIC pairs, "
+      "CX-7 400G IB, NCCL 2.26.2)")
+IB400 = f"nics=8,nic=400gbit,{H100}"
+
+
+def _log(source: str, cluster: str, hosts: int, rows: list[tuple[int, float]]) -> list[Figure]:
+    """Rows of one all_reduce_perf log (out-of-place busbw), at the sizes every log here is read at:
+    1 MiB, 64 MiB, 128 MiB, 1 GiB, 8 GiB."""
+    return [Figure(source, cluster, f"{hosts}x8@{IB400}", "all_reduce", size, busbw) for size, busbw in rows]
+
+
+LOG_SIZES = (1 * MIB, 64 * MIB, 128 * MIB, 1 * GIB, 8 * GIB)
+
 FIGURES: list[Figure] = [
     # AWS p5.48xlarge: 8 H100, 32 EFA NICs of 100 Gbit/s
     Figure(AWS, "2 x p5.48xlarge (8 H100, 32 x 100G EFA)", f"2x8@nics=32,nic=100gbit,{H100}", "all_reduce",
@@ -88,12 +105,28 @@ FIGURES: list[Figure] = [
     Figure("github.com/NVIDIA/nccl-tests/issues/153 (two H800 servers, 8 x 100 Gbps ConnectX-6 each: busbw "
            "'as high as 161', NVLS)", "2 x 8 H800 (8 x 100G IB)", f"2x8@nics=8,nic=100gbit,{H800}", "all_reduce",
            8 * GIB, 161.0, note="stated peak; the thread writes 'Gbps', nccl-tests prints GB/s: read as GB/s"),
+    *_log(GJ, GJ_CLUSTER, 2, list(zip(LOG_SIZES, (21.08, 263.66, 335.25, 447.65, 466.73), strict=True))),
+    *_log(GJ, GJ_CLUSTER, 4, list(zip(LOG_SIZES, (6.41, 208.34, 246.41, 322.02, 324.52), strict=True))),
+    *_log(GJ, GJ_CLUSTER, 8, list(zip(LOG_SIZES, (17.64, 184.00, 227.97, 286.81, 320.70), strict=True))),
+    *_log(QV, "qoofyk's 4 H100 VMs (8 x 400G IB)", 4,
+          list(zip(LOG_SIZES, (24.73, 224.53, 262.48, 358.14, 364.93), strict=True))),
 ]
+
+CALIBRATION_CLUSTER = GJ_CLUSTER
+"""A cluster with published 2, 4 and 8 node logs: bench/gpu_report.py fits the
+model to its 2-node rows only and predicts the others."""
 
 DEFAULTS_FROM = [
     "github.com/NVIDIA/nccl-tests/issues/212 (NVIDIA: 450 GB/s NVLink line rate, ~370 GB/s effective; "
     "~480 GB/s busBw, ~275 GB/s algbw with NVLink SHARP on 8 H100)",
     "github.com/NVIDIA/nccl-tests/issues/290 (NVIDIA: 46-48 GB/s per NDR 400 Gbit/s NIC)",
+    f"{I309} (qoofyk's 2 x Dell XE9680, 8 H100 and 8 x 400G IB each, NCCL 2.26.2: 25 us for 8 B, time "
+    "against size from 64 MiB to 8 GiB about 210 us + S / 250 GB/s; 1 MiB 27.33, 64 MiB 269.98, 1 GiB "
+    "448.90, 8 GiB 468.46 GB/s busbw): the InfiniBand hop latency and the pipeline window",
+    "aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/README.md (2x p5.48xlarge, 65-75 us "
+    "for 8 B) and lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result (2 A3 Mega, 123 us for 8 B): "
+    "the EFA and TCPXO hop latencies (those logs' 1 MiB and larger rows stay rows)",
 ]
-"""The figures hocc.plan.nccl_defaults took its efficiencies from: not
-counted in the comparison (they would check the model against itself)."""
+"""The figures hocc.plan.nccl_defaults and hocc.plan.nccl_native took their
+defaults from: not counted in the comparison (they would check the model
+against itself)."""

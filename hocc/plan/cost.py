@@ -20,6 +20,18 @@ keyed 'impl:op', e.g. 'native:reduce_scatter'): how much slower than a plain
 ring the backend's own implementation of that op moves data (gloo's CPU
 reduce-scatter is about 2x). `hocc calibrate` fits them with the tiers.
 
+Under NCCL (`CostParams.native` 'nccl') each group of a native step is one
+NCCL call on a sub-communicator, and pays what hocc.plan.nccl_native charges
+NCCL's own call on that communicator (its pick of algorithm and protocol, the
+transport's hop latency, the simple protocol's handshakes, its pipeline fill
+for that call's bytes), so HO-Ring and NCCL are priced by the same rules. The
+call's time, as if alone, takes the place of the ring's latency chain: a tick
+lasts at least its busiest link and at least its slowest call. Assumed: calls
+of one tick run on different communicators (streams) and overlap fully, so a
+call's fill may hide under another call's traffic but never under its own; a
+chunk's stage is a call of its own, so every chunk pays its own fill (NCCL
+drains one call's pipeline before the next on a communicator starts).
+
 Speed: a plan is compiled once into per-tick link loads (`PlanCost`), with
 identical steps and identical ticks computed once (all chunks of an HO-Ring
 plan load the same links), so thousands of ranks and 32 chunks cost the same
@@ -37,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from hocc.plan.memo import memo
+from hocc.plan.nccl_native import Summary, call_seconds
 from hocc.plan.types import Plan, Step
 from hocc.topology import Topology
 from hocc.topology.links import LinkModel
@@ -63,7 +76,9 @@ class CostParams:
     native collective as NCCL runs it (rings over all channels and NICs,
     trees, NVLS: hocc.plan.nccl_native) instead of one ring in rank order
     ('ring', gloo); nvls_efficiency is NVLink SHARP's all-reduce algorithm
-    bandwidth over the host-tier rate."""
+    bandwidth over the host-tier rate; pipeline_window is the bytes NCCL's
+    simple protocol keeps in flight per pipeline stage (its fill time,
+    hocc.plan.nccl_native.pipeline_fill; 0: no fill)."""
 
     launch: float = 1.5e-3
     ring_step: float = 0.5e-3
@@ -76,6 +91,7 @@ class CostParams:
     nic_efficiency: float = 1.0
     native: str = "ring"
     nvls_efficiency: float = 0.61
+    pipeline_window: float = 0.0
 
     def factor(self, cls: str) -> float:
         for k, v in self.op_factors:
@@ -120,7 +136,7 @@ class CostParams:
         return params.with_factors({str(k): float(v) for k, v in factors.items()})
 
 
-_GPU_KEYS = ("host_efficiency", "nic_efficiency", "native", "nvls_efficiency")
+_GPU_KEYS = ("host_efficiency", "nic_efficiency", "native", "nvls_efficiency", "pipeline_window")
 NATIVE_MODELS = ("ring", "nccl")
 
 Load = dict[tuple[str, str], float]
@@ -136,7 +152,9 @@ class _Places:
         self.switch: dict[int, str] = {}
         self.nic: dict[int, str] = {}
         self.own: dict[int, str | None] = {}
+        self.host_nics: dict[str, int] = {}
         for info in topo.host_infos():
+            self.host_nics[info.name] = info.nics
             for r, k in zip(info.ranks, info.nic_map(), strict=True):
                 self.host[r], self.switch[r] = info.name, info.switch
                 self.nic[r] = info.name if info.nics == 1 else f"{info.name}/nic{k}"
@@ -173,6 +191,8 @@ class _Shape:
     tiers: frozenset[str]
     ring: bool
     shm: bool
+    calls: tuple[tuple[tuple[Summary, float], ...], ...] = ()  # native steps: _calls
+    crowded: frozenset[tuple[str, str]] = frozenset()  # links more than one of its groups load
 
     @property
     def values(self) -> np.ndarray:
@@ -194,11 +214,37 @@ def _chain(groups: list[tuple[tuple[int, ...], int]]) -> int:
     return max(per.values(), default=0)
 
 
+def _communicator(ranks: tuple[int, ...], places: _Places) -> Summary:
+    """NCCL's view of a sub-group's communicator (hocc.plan.nccl_native.Summary)."""
+    on: dict[str, list[int]] = {}
+    for r in ranks:
+        on.setdefault(places.host[r], []).append(r)
+    nics = {h: len({places.nic[r] for r in rs}) for h, rs in on.items()}
+    share = min(nics[h] / places.host_nics[h] for h in on) if len(on) > 1 else 1.0
+    return Summary(len(ranks), len(on), max(len(rs) for rs in on.values()), min(nics.values()),
+                   len({places.switch[r] for r in ranks}), all(places.own[r] is not None for r in ranks), share)
+
+
+def _calls(groups: list[tuple[tuple[int, ...], float]],
+           places: _Places) -> tuple[tuple[tuple[Summary, float], ...], ...]:
+    """The distinct sequences of NCCL calls a rank makes in a native step, in
+    order (a rank in several groups runs them one after another): per call its
+    communicator and its segment as a multiple of the step's."""
+    per: dict[int, list[tuple[Summary, float]]] = {}
+    for ranks, mult in groups:
+        if len(ranks) > 1:
+            call = (_communicator(ranks, places), mult)
+            for r in ranks:
+                per.setdefault(r, []).append(call)
+    return tuple(dict.fromkeys(tuple(seq) for seq in per.values()))
+
+
 def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Places) -> _Shape:
     unit: dict[tuple[str, str], float] = {}
     tiers = set()
     chain: list[tuple[tuple[int, ...], int]] = []
     shm = impl == "shm"
+    users: Counter[tuple[str, str]] = Counter()
     for ranks in groups:
         n = len(ranks)
         if n < 2:
@@ -210,12 +256,17 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
             continue
         h, per_hop = (2 * (n - 1), 1.0 / n) if op == "all_reduce" else (n - 1, 1.0)
         chain.append((ranks, h))
+        mine = set()
         for i, a in enumerate(ranks):
             tier, links = _edge_links(a, ranks[(i + 1) % n], places)
             tiers.add(tier)
+            mine.update(links)
             for link in links:
                 unit[link] = unit.get(link, 0.0) + h * per_hop
-    return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm)
+        users.update(mine)
+    calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
+    crowded = frozenset(k for k, c in users.items() if c > 1)
+    return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded)
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -234,7 +285,10 @@ def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[
             unit[k] = unit.get(k, 0.0) + v * g.seg
     tiers = frozenset().union(*(p.tiers for p in parts)) if parts else frozenset()
     hops = _chain([(g.ranks, p.hops) for g, p in zip(step.groups, parts, strict=True)])
-    return _Shape(f"{step.impl}:{step.collective}", unit, hops, tiers, step.impl == "ring", step.impl == "shm"), 1.0
+    calls = _calls([(g.ranks, float(g.seg)) for g in step.groups], places) if step.impl == "native" else ()
+    crowded = frozenset(k for k, c in Counter(k for p in parts for k in p.unit).items() if c > 1)
+    return _Shape(f"{step.impl}:{step.collective}", unit, hops, tiers, step.impl == "ring", step.impl == "shm",
+                  calls, crowded), 1.0
 
 
 def _shape_cache(topo: Topology) -> dict[Any, _Shape]:
@@ -245,12 +299,23 @@ def _shape_cache(topo: Topology) -> dict[Any, _Shape]:
 def step_load(step: Step, elem_size: int, topo: Topology, places: _Places | None = None,
               params: CostParams | None = None) -> tuple[Load, float]:
     """Bytes per link (times the step's class factor), and the latency chain
-    (seconds), of one step on its own."""
+    (seconds; under NCCL its slowest call's time, `_step_latency`), of one step on its own."""
     params = params or CostParams()
     shape, seg = _step_shape(step, places or places_of(topo), _shape_cache(topo))
     f = params.factor(shape.cls) * seg * elem_size
     load: Load = {k: v * f for k, v in shape.unit.items()}
-    return load, _latency(shape, topo.links, params)
+    return load, _step_latency(shape, seg * elem_size, topo.links, params)
+
+
+def _step_latency(shape: _Shape, seg_bytes: float, links: LinkModel, params: CostParams) -> float:
+    """What a step takes besides its links' loads: its ring's latency chain;
+    under NCCL, a native step's slowest rank's calls as NCCL would run each
+    alone (module docstring), less the one launch its tick pays."""
+    if params.native != "nccl" or not shape.calls:
+        return _latency(shape, links, params)
+    op = shape.cls.split(":")[1]
+    return max(sum(call_seconds(op, sm, mult * seg_bytes, 1, params, links) for sm, mult in seq)
+               for seq in shape.calls) - params.launch
 
 
 def _latency(shape: _Shape, links: LinkModel, params: CostParams) -> float:
@@ -272,8 +337,9 @@ class PlanCost:
     classes: list[str]
     loads: np.ndarray  # (ticks, links, classes)
     mult: np.ndarray  # (ticks,)
-    shapes: list[list[_Shape]]  # per distinct tick, the shapes of its active steps
+    shapes: list[list[tuple[_Shape, float]]]  # per distinct tick, its active steps' shapes and segment bytes
     copy_bytes: float
+    solo: np.ndarray | None = None  # (ticks, links): loaded by one NCCL call alone (_assemble)
     kinds: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -292,35 +358,59 @@ class PlanCost:
                        params.machine_bandwidth])
         if self.links:
             link_time = (self.loads @ f) / bw[self.kinds]
+            if params.native == "nccl" and self.solo is not None:  # that call's own time covers them
+                link_time = np.where(self.solo, 0.0, link_time)
             busiest = link_time.max(axis=1)
         else:
             busiest = np.zeros(len(self.mult))
-        lat = np.array([max((_latency(s, links, params) for s in tick), default=0.0) for tick in self.shapes])
+        seen: dict[tuple[int, float], float] = {}  # a step recurs in many ticks
+
+        def step_latency(shape: _Shape, seg_bytes: float) -> float:
+            key = (id(shape), seg_bytes)
+            if key not in seen:
+                seen[key] = _step_latency(shape, seg_bytes, links, params)
+            return seen[key]
+
+        lat = np.array([max((step_latency(*s) for s in tick), default=0.0) for tick in self.shapes])
         out: np.ndarray = self.mult * (np.maximum(busiest, lat) + params.launch)
         return out
 
 
 def _assemble(ticks: list[tuple[tuple[int, ...], int]], shapes: list[tuple[_Shape, float]],
               elem_size: int, copy_bytes: float) -> PlanCost:
-    """ticks: (indices into shapes of the active steps, multiplicity)."""
+    """ticks: (indices into shapes of the active steps, multiplicity). A link
+    one NCCL call loads alone in a tick is `solo`: under NCCL that call's own
+    time (nccl_native, with its algorithm's bytes: NVLS moves fewer than a
+    ring) prices it; only links that calls share bound the tick by their load."""
     link_ix: dict[tuple[str, str], int] = {}
     cls_ix: dict[str, int] = {}
     where: dict[int, np.ndarray] = {}
+    own: dict[int, np.ndarray] = {}  # the links each shape's groups load alone
     for shape, _ in shapes:
         cls_ix.setdefault(shape.cls, len(cls_ix))
         if id(shape) not in where:
             where[id(shape)] = np.array([link_ix.setdefault(k, len(link_ix)) for k in shape.unit], dtype=int)
+            own[id(shape)] = np.array([link_ix[k] for k in shape.unit if k not in shape.crowded], dtype=int)
     machine = link_ix.setdefault(MACHINE, len(link_ix)) if link_ix else -1
     sent = {k: v for k, v in link_ix.items() if k[0] == "nic_out"}  # each flow once
     loads = np.zeros((len(ticks), len(link_ix), len(cls_ix)))
+    users = np.zeros((len(ticks), len(link_ix)), dtype=int)
+    solo = np.zeros((len(ticks), len(link_ix)), dtype=bool)
     for u, (active, _) in enumerate(ticks):
         for i in active:
             shape, seg = shapes[i]
             np.add.at(loads[u, :, cls_ix[shape.cls]], where[id(shape)], shape.values * (seg * elem_size))
+            np.add.at(users[u], where[id(shape)], 1)
+        for i in active:
+            shape = shapes[i][0]
+            if shape.calls:
+                ix = own[id(shape)]
+                solo[u, ix[users[u, ix] == 1]] = True
     if machine >= 0 and sent:
         loads[:, machine, :] = loads[:, list(sent.values()), :].sum(axis=1)
     return PlanCost(list(link_ix), list(cls_ix), loads, np.array([m for _, m in ticks], dtype=float),
-                    [[shapes[i][0] for i in active] for active, _ in ticks], copy_bytes)
+                    [[(shapes[i][0], shapes[i][1] * elem_size) for i in active] for active, _ in ticks], copy_bytes,
+                    solo)
 
 
 def compile_plan(plan: Plan, topo: Topology, elem_size: int) -> PlanCost:

@@ -25,11 +25,36 @@ from hocc.plan.cost import CostParams
 from hocc.topology.links import Link, LinkModel
 
 NCCL_PARAMS = CostParams(launch=8e-6, ring_step=5e-6, copy_bandwidth=1e12, host_efficiency=0.82,
-                         nic_efficiency=0.94, native="nccl", nvls_efficiency=0.61)
+                         nic_efficiency=0.94, native="nccl", nvls_efficiency=0.61, pipeline_window=12 << 20)
 """launch: a call's base latency; ring_step: hocc's own p2p ring hop (a kernel
-per hop); copies at device memory speed (1 TB/s)."""
+per hop); copies at device memory speed (1 TB/s). pipeline_window: bytes NCCL's
+simple protocol keeps in flight per pipeline stage, summed over its channels;
+a collective of S through k stages then takes about (1 + k * window / S) times
+its bandwidth time. 12 MiB is read off a 2-host 8x400G H100 log (nccl-tests#309,
+qoofyk: time against size from 64 MiB up is about 210 us + S / 250 GB/s, and
+210 us at 250 GB/s over an NVLS tree's 4 stages is 13 MB a stage). HO-Ring's
+calls on sub-communicators pay it too, in proportion to the NICs they drive
+(hocc.plan.nccl_native.Summary.channel_share)."""
 
 NCCL_LINKS = LinkModel(host=Link(450e9, 2e-6), nic=Link(400e9 / 8, 8e-6), trunk=Link(400e9 / 8, 10e-6))
 """An H100 host's NVLink (450 GB/s per GPU and direction), a 400 Gbit/s NIC,
 and a trunk hop; the trunk's rate is the caller's to set (hocc plan makes it
 non-blocking unless told)."""
+
+TRANSPORT_NIC_LATENCY = {"IB": 5e-6, "RoCE": 5e-6, "EFA": 25e-6, "TCPXO": 54e-6}
+"""Seconds per network hop by transport, from the smallest all-reduce of a
+2-host nccl-tests log, which NCCL runs as a tree with low-latency protocols:
+launch (8 us) + its NVLink chain (7 us) + 2 network hops. InfiniBand: 25 us
+(nccl-tests#309, 2 HGX H100, 8 B); EFA: 65-75 us (aws-samples/awsome-
+distributed-training, micro-benchmarks/nccl-tests/README.md, 2x p5.48xlarge);
+GPUDirect-TCPXO: 123 us (lessizzmore/create-a3mega-ztan-fork,
+ztan-NCCL-test-result, 2 A3 Mega). RoCE: taken as InfiniBand's (no small-size
+log found). A network hop's latency is the transport's and is not shortened
+by NCCL's low-latency protocols (hocc.plan.nccl_native)."""
+
+
+def links_for(transport: str, base: LinkModel = NCCL_LINKS) -> LinkModel:
+    """`base` with the NIC hop latency of `transport` ('IB', 'RoCE', 'EFA',
+    'TCPXO'); other transports (or none, one host) keep `base`'s."""
+    lat = TRANSPORT_NIC_LATENCY.get(transport)
+    return base if lat is None else base.with_tier("nic", Link(base.nic.bandwidth, lat))
