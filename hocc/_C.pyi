@@ -11,6 +11,8 @@ def reduce_many(dst: int, srcs: list[int], n: int, dtype: str, op: str) -> None:
 def c10d_comm(backend: Any, me: int, n: int, device: str = ...) -> Comm: ...
 def install_dump_signal(fd: int, signum: int) -> None: ...
 
+TINY_BYTES: int  # CPU collectives whose members' inputs together fit this run as call-check frames alone
+
 class Plan:
     def __init__(self, collective: str, world: int, stages: int,
                  layout: tuple[int, int, int, int, list[int]], work_at: str, pack: bool,

@@ -62,6 +62,16 @@ def _split(r: int, g: dist.ProcessGroup) -> None:
     hocc.reduce_scatter_tensor(torch.empty(n), torch.ones(4 * n), group=g, algo="native")
 
 
+def _tiny(r: int, g: dist.ProcessGroup) -> None:
+    """Both calls tiny (their inputs travel in the call check's frames)."""
+    _ar(g, torch.ones(1 if r == ODD else 2), algo="native")
+
+
+def _tiny_big(r: int, g: dist.ProcessGroup) -> None:
+    """A tiny call (frames alone) against a call that is not (its check frame, then gloo's all-reduce)."""
+    _ar(g, torch.ones(1000 if r == ODD else 1), algo="native")
+
+
 CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
     # name: (calls, what HOCC_CHECK's message names)
     "count": (_count, r"count \(ranks 0,1,2: 1000; rank 3: 1017\)"),
@@ -71,6 +81,8 @@ CASES: dict[str, tuple[Callable[[int, dist.ProcessGroup], None], str]] = {
     "skip": (_skip, r"count \(ranks 0,1,2: 1000; rank 3: 2000\)"),
     "gather_count": (_gather_count, r"count \(ranks 0,1,2: 1000; rank 3: 999\)"),
     "split": (_split, r"count \(ranks 0,1: 1000; ranks 2,3: 1017\)"),
+    "tiny": (_tiny, r"count \(ranks 0,1,2: 2; rank 3: 1\)"),
+    "tiny_big": (_tiny_big, r"count \(ranks 0,1,2: 1; rank 3: 1000\)"),
 }
 
 

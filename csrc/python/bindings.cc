@@ -228,6 +228,8 @@ PYBIND11_MODULE(_C, m) {
       }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("device") = "cpu");
   m.def("c10d_comm", &make_c10d_comm, py::arg("backend"), py::arg("me"), py::arg("n"), py::arg("device") = "cpu",
         "a Comm over a torch.distributed backend object (ProcessGroupGloo, ProcessGroupNCCL) on `device`");
+  // a CPU collective whose members' inputs together fit this runs as call-check frames alone (c10d.cc)
+  m.attr("TINY_BYTES") = kTinyBytes;
 
   py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process group (transport/group.h)")
       .def(py::init([](int rank, int size, const std::string& device) {

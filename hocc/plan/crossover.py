@@ -26,7 +26,9 @@ def bucket_of(nbytes: int) -> int:
 
 def bucket_count(bucket: int, elem_size: int) -> int:
     """The element count the model prices a bucket at (its geometric middle)."""
-    return max(1, int(2 ** (bucket - 0.5)) // elem_size) if bucket else 1
+    if not bucket:
+        return 1
+    return max(1, max((1 << (bucket - 1)) + 1, int(2 ** (bucket - 0.5))) // elem_size)
 
 
 def bucket_range(bucket: int) -> str:

@@ -1,0 +1,197 @@
+"""Measured selection (hocc/engine/tuning.py), crossover tables
+(hocc/plan/crossover.py) and the tuning file: the schedule every rank follows,
+the decision from agreed times, no planner on the call path, persistence, and
+in real worlds: the same choice on every rank, correct results throughout,
+tiny calls at the frame's edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import hocc
+import hocc.plan.crossover as crossover
+from hocc.engine.tuning import Tuner
+from hocc.engine.tuning_file import TuningFile
+from hocc.plan.crossover import Crossover, Pick, bucket_count, bucket_of, model_pick
+from hocc.plan.planner import PlannerConfig
+from hocc.plan.policy import planner_settings
+from hocc.topology import parse_spec
+from tests.worlds import hocc_env, run_world
+
+TOPO = parse_spec("2x4")
+CPU = planner_settings(PlannerConfig(), "cpu", TOPO)
+
+
+def _tuner(agree: object = None, file: TuningFile | None = None, trials: bool = True) -> Tuner:
+    return Tuner(TOPO, CPU, "cpu", trials, agree or (lambda v: v), file, "test-key", True)  # type: ignore[arg-type]
+
+
+def test_buckets_split_at_powers_of_two() -> None:
+    assert [bucket_of(n) for n in (0, 1, 2, 3, 4, 5, 1024, 1025)] == [0, 0, 1, 2, 2, 3, 10, 11]
+    for b in range(1, 40):  # the priced size lies in its own bucket
+        assert bucket_of(bucket_count(b, 1)) == b
+
+
+def test_table_is_the_model_and_needs_no_planner_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Crossover("all_reduce", 4, TOPO, CPU)
+    for b in (3, 12, 20, 26):
+        want = model_pick("all_reduce", bucket_count(b, 4), 4, TOPO, CPU)
+        assert (table.picks[b].algo, table.picks[b].chunks) == (want.algo, want.chunks)
+    assert len(table.crossovers()) >= 2, table.crossovers()  # 2x4 at 200 Mbit/s: native small, ho_ring large
+
+    def planner_called(*a: object, **k: object) -> None:
+        raise AssertionError("the planner ran on the call path")
+
+    tuner = _tuner(trials=False)
+    tuner.table("all_reduce", 4)  # made once, ahead
+    monkeypatch.setattr(crossover, "predict_all", planner_called)
+    for count in (1, 3, 1000, 12345, 1 << 22):  # new sizes: lookups only
+        pick, trial = tuner.pick("all_reduce", count, 4, "float32")
+        assert trial is None and pick.algo in ("native", "ring", "ho_ring")
+
+
+def test_trials_follow_the_call_sequence_and_the_fastest_wins() -> None:
+    agreed: list[list[float]] = []
+
+    def agree(v: list[float]) -> list[float]:
+        agreed.append(v)
+        return [x * 2 for x in v]  # what the slowest rank saw (any monotone map keeps the order)
+
+    tuner = _tuner(agree)
+    seen, trial = [], None
+    for _ in range(100):
+        pick, trial = tuner.pick("all_reduce", 1 << 20, 4, "float32")
+        if trial is None:
+            break
+        seen.append((pick.algo, pick.chunks, trial.timed))
+        fast = pick.algo == "ho_ring" and pick.chunks == 4
+        tuner.measured(trial, 0.01 if fast else 0.05 + 0.001 * len(seen))
+    labels = [(a, k) for a, k, _ in seen]
+    assert ("ho_ring", 4) in labels and ("native", None) in labels and ("ring", None) in labels
+    warm = [s for s in seen if not s[2]]
+    assert seen[:len(warm)] == warm and sorted(a for a, _, _ in warm) == ["ho_ring", "native", "ring"]
+    assert (pick.algo, pick.chunks) == ("ho_ring", 4) and pick.why.startswith("measured:"), pick
+    assert len(agreed) == 1 and len(agreed[0]) == len({(a, k) for a, k, _ in seen})
+    # the same bucket again: decided, no trial; a second bucket reuses the warm-ups
+    assert tuner.pick("all_reduce", (1 << 20) - 5, 4, "float32")[1] is None
+    again = [tuner.pick("all_reduce", 1 << 10, 4, "float32")[1] for _ in range(3)]
+    assert all(t is not None and t.timed for t in again)
+    # a second tuner fed the same calls plans the same trials (every rank does)
+    other = _tuner(agree)
+    replay = []
+    for _ in range(len(seen)):
+        p, t = other.pick("all_reduce", 1 << 20, 4, "float32")
+        assert t is not None
+        replay.append((p.algo, p.chunks, t.timed))
+    assert replay == seen
+
+
+def test_the_file_keeps_choices_and_a_later_tuner_measures_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    tuner = _tuner(file=TuningFile(path))
+    while True:
+        _, trial = tuner.pick("all_gather", 100, 4, "float32")
+        if trial is None:
+            break
+        tuner.measured(trial, 0.02 if trial.candidate == 1 else 0.03)
+    want = tuner.decided()
+    assert [p.algo for p in want.values()] == ["ring"]
+    later = _tuner(file=TuningFile(path))
+    pick, trial = later.pick("all_gather", 100, 4, "float32")
+    assert trial is None and (pick.algo, pick.why) == ("ring", next(iter(want.values())).why)
+    assert later.pick("all_gather", 100, 4, "float64")[1] is not None  # another dtype: not in the file
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read it"):
+        TuningFile(path)
+
+
+def test_settings() -> None:
+    assert hocc.Config.from_env({"HOCC_TUNE": "0"}).tune is False
+    assert hocc.Config.from_env({}).tune is True
+    assert hocc.Config.from_env({"HOCC_TUNING_FILE": "/x/t.json"}).tuning_file == "/x/t.json"
+    with pytest.raises(ValueError, match="HOCC_TUNE"):
+        hocc.Config.from_env({"HOCC_TUNE": "maybe"})
+
+
+def _world_tuning(rank: int, world: int, path: str) -> None:
+    """Trials run on every rank alike, results stay right through them, and every rank decides the same."""
+    sizes = (1, 6, 1000, 70001)
+    for _ in range(24):
+        for n in sizes:
+            x = torch.arange(n, dtype=torch.float32) + rank
+            want = x.clone()
+            dist.all_reduce(want)
+            hocc.all_reduce(x)
+            torch.testing.assert_close(x, want)
+            out = torch.empty(world * n)
+            hocc.all_gather_into_tensor(out, torch.full((n,), float(rank)))
+            assert torch.equal(out, torch.arange(world).repeat_interleave(n).float())
+    plan = hocc.last_plan()
+    assert plan is not None and "measured:" in plan.reason, plan.reason
+    from hocc.engine.registry import get_engine
+
+    mine = sorted((k, p.algo, p.chunks) for k, p in get_engine(dist.group.WORLD, torch.device("cpu"))  # type: ignore[arg-type]
+                  .tuner().decided().items())
+    assert len(mine) == 2 * len(sizes), mine
+    every: list[object] = [None] * world
+    dist.all_gather_object(every, mine)
+    assert all(e == mine for e in every), every
+
+
+def _world_loads(rank: int, world: int, path: str) -> None:
+    for n in (1, 6, 1000, 70001):
+        x = torch.ones(n)
+        hocc.all_reduce(x)
+        plan = hocc.last_plan()
+        assert plan is not None and "trial" not in plan.reason and "measured:" in plan.reason, plan.reason
+        assert torch.all(x == world)
+
+
+def test_a_world_tunes_alike_and_a_later_job_loads_it(tmp_path: Path) -> None:
+    path = str(tmp_path / "tuning.json")
+    env = {**hocc_env("2x2", "shm"), "HOCC_TUNING_FILE": path, "HOCC_TUNE": "1"}
+    run_world(4, _world_tuning, path, env=env, timeout_s=300)
+    assert Path(path).exists()
+    run_world(4, _world_loads, path, env=env, timeout_s=120)
+
+
+def _world_tiny_edge(rank: int, world: int, tiny_bytes: int) -> None:
+    """Sizes on both sides of the frame's room, every op and a few dtypes, against torch's own."""
+    ops = (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT)
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.float16):
+        es = torch.empty((), dtype=dtype).element_size()
+        edge = tiny_bytes // (world * es)
+        for n in (0, 1, edge - 1, edge, edge + 1):
+            for op in ops:
+                x = (torch.arange(n) % 3 + rank + 1).to(dtype)
+                want = x.clone()
+                dist.all_reduce(want, op=op)
+                hocc.all_reduce(x, op=op, algo="native")
+                assert torch.equal(x, want), (dtype, n, op)
+            g = torch.empty(world * n, dtype=dtype)
+            hocc.all_gather_into_tensor(g, torch.full((n,), rank, dtype=dtype), algo="native")
+            assert torch.equal(g, torch.arange(world).repeat_interleave(n).to(dtype)), (dtype, n)
+            rs_in = (torch.arange(world * n) % 5 + rank).to(dtype)
+            rs, want_rs = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+            hocc.reduce_scatter_tensor(rs, rs_in, algo="native")
+            dist.reduce_scatter_tensor(want_rs, rs_in.clone())
+            assert torch.equal(rs, want_rs), (dtype, n)
+    # in place, and a tiny AVG
+    x = torch.full((3,), float(rank))
+    hocc.all_reduce(x, op=dist.ReduceOp.AVG, algo="native")
+    assert torch.allclose(x, torch.full((3,), (world - 1) / 2))
+
+
+def test_tiny_calls_at_the_frames_edge() -> None:
+    from hocc.executor import load
+
+    run_world(4, _world_tiny_edge, int(load().TINY_BYTES), env=hocc_env("2x2", "shm"), timeout_s=300)
+
+
+def test_pick_settings_fix_the_depth() -> None:
+    assert Pick("ho_ring", 8, "").settings(CPU).chunks == 8
+    assert Pick("native", None, "").settings(CPU) is CPU
