@@ -4,7 +4,9 @@ decided by timing the candidates on the cluster the job runs on.
 The first calls of a bucket are trials. Each candidate (native, the
 topology-ordered ring, HO-Ring at a few pipeline depths) runs a warm-up call
 the first time this engine runs it (communicator set-up is not timed), then
-one or two timed calls; the schedule follows from the call sequence alone, so
+interleaved timed rounds (3-8, by the model's price: about 50 ms of the
+fastest; one when a call costs seconds), each candidate's median kept; the
+schedule follows from the call sequence alone, so
 every rank runs the same candidate in the same call. After the last trial each
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
 own gloo group), the fastest wins, and the bucket runs it from then on at the
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,8 +48,12 @@ log = logging.getLogger("hocc")
 # HO-Ring pipeline depths tried besides the model's own: a spread wide enough
 # that a model priced for the wrong links still has the right K among them
 TRIED_CHUNKS = (1, 4, 16)
-# candidates run twice timed, once when the model prices one of them above this
-ONE_TIMED_ABOVE_S = 0.25
+# timed rounds over the candidates: about ROUND_BUDGET_S of the fastest's predicted time, at least
+# MIN_ROUNDS and at most MAX_ROUNDS (a single short call is noise); one round when the model prices even the
+# fastest above ONE_ROUND_ABOVE_S (large calls are steady, and each costs seconds)
+ROUND_BUDGET_S = 0.05
+MIN_ROUNDS, MAX_ROUNDS = 3, 8
+ONE_ROUND_ABOVE_S = 0.25
 
 
 @dataclass
@@ -58,7 +66,7 @@ class _Bucket:
     count: int
     elem_size: int
     issued: int = 0
-    times: dict[int, float] = field(default_factory=dict)
+    times: dict[int, list[float]] = field(default_factory=dict)
     decided: Pick | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -151,7 +159,7 @@ class Tuner:
             if (collective, c.algo) not in self._warm:
                 self._warm.add((collective, c.algo))
                 schedule.append((i, False))
-        rounds = 1 if max(_predicted(preds, c) for c in cands) > ONE_TIMED_ABOVE_S else 2
+        rounds = _rounds([_predicted(preds, c) for c in cands])
         schedule += [(i, True) for _ in range(rounds) for i in range(len(cands))]
         return _Bucket(cands, schedule, count, elem_size)
 
@@ -160,7 +168,7 @@ class Tuner:
         """A trial call ran in `seconds` on this rank; after a bucket's last, decide it."""
         b = trial.bucket
         if trial.timed:
-            b.times[trial.candidate] = min(seconds, b.times.get(trial.candidate, float("inf")))
+            b.times.setdefault(trial.candidate, []).append(seconds)
         if trial.last:
             try:
                 self._decide(trial.key, b)
@@ -168,7 +176,7 @@ class Tuner:
                 b.done.set()
 
     def _decide(self, key: tuple[str, str, int], b: _Bucket) -> None:
-        mine = [b.times[i] for i in range(len(b.candidates))]
+        mine = [statistics.median(b.times[i]) for i in range(len(b.candidates))]
         slowest = self.agree(mine)  # the same list on every rank
         best = min(range(len(slowest)), key=lambda i: (slowest[i], i))
         won = b.candidates[best]
@@ -234,6 +242,13 @@ def timed(device: torch.device) -> Iterator[Callable[[], float]]:
         t0 = time.perf_counter()
         yield lambda: secs[0]
         secs[0] = time.perf_counter() - t0
+
+
+def _rounds(predicted: list[float]) -> int:
+    fastest = max(min(predicted), 1e-6)
+    if fastest > ONE_ROUND_ABOVE_S:
+        return 1
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(ROUND_BUDGET_S / fastest)))
 
 
 def _predicted(preds: dict[str, Prediction], c: Pick) -> float:
