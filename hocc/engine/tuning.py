@@ -5,7 +5,9 @@ The first calls of a bucket are trials. Each candidate (native, the
 topology-ordered ring, HO-Ring at a few pipeline depths) runs a warm-up call
 the first time this engine runs it (communicator set-up is not timed), then
 interleaved timed rounds (3-8, by the model's price: about 50 ms of the
-fastest; one when a call costs seconds), each candidate's median kept; the
+fastest; one when a call costs seconds), each timed call started together on
+all ranks (a barrier: the previous call's stragglers are not its cost), each
+candidate's median kept; the
 schedule follows from the call sequence alone, so
 every rank runs the same candidate in the same call. After the last trial each
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
