@@ -194,7 +194,7 @@ class Engine:
             if trial is None:
                 self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
             else:  # a tuning trial: timed (on a GPU, to its end on the stream), then reported
-                if trial.timed:  # start together: the last call's stragglers are not this candidate's cost
+                if trial.synced:  # a burst starts together: the last call's stragglers are not its cost
                     self._checker().barrier().wait()
                 with timed(self.device) as took:
                     self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)

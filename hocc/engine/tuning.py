@@ -4,10 +4,11 @@ decided by timing the candidates on the cluster the job runs on.
 The first calls of a bucket are trials. Each candidate (native, the
 topology-ordered ring, HO-Ring at a few pipeline depths) runs a warm-up call
 the first time this engine runs it (communicator set-up is not timed), then
-interleaved timed rounds (3-8, by the model's price: about 50 ms of the
-fastest; one when a call costs seconds), each timed call started together on
-all ranks (a barrier: the previous call's stragglers are not its cost), each
-candidate's median kept; the
+three interleaved rounds, each a burst of back-to-back calls of each
+candidate (1-8 calls, about 20 ms of the fastest by the model's price; one
+round of one call when a call costs seconds), each burst started together on
+all ranks (a barrier: the previous candidate's stragglers are not its cost),
+each candidate's median call kept; the
 schedule follows from the call sequence alone, so
 every rank runs the same candidate in the same call. After the last trial each
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
@@ -50,11 +51,13 @@ log = logging.getLogger("hocc")
 # HO-Ring pipeline depths tried besides the model's own: a spread wide enough
 # that a model priced for the wrong links still has the right K among them
 TRIED_CHUNKS = (1, 4, 16)
-# timed rounds over the candidates: about ROUND_BUDGET_S of the fastest's predicted time, at least
-# MIN_ROUNDS and at most MAX_ROUNDS (a single short call is noise); one round when the model prices even the
-# fastest above ONE_ROUND_ABOVE_S (large calls are steady, and each costs seconds)
-ROUND_BUDGET_S = 0.05
-MIN_ROUNDS, MAX_ROUNDS = 3, 8
+# ROUNDS rounds over the candidates, each a burst of back-to-back calls worth about BURST_S of the
+# fastest's predicted time (1..MAX_BURST: a single short call is noise, and a loop of short calls is what
+# they serve); one round of one call when the model prices even the fastest above ONE_ROUND_ABOVE_S (large
+# calls are steady, and each costs seconds)
+ROUNDS = 3
+BURST_S = 0.02
+MAX_BURST = 8
 ONE_ROUND_ABOVE_S = 0.25
 
 
@@ -64,7 +67,7 @@ class _Bucket:
     schedule (candidate index, timed?), and what this rank measured."""
 
     candidates: list[Pick]
-    schedule: list[tuple[int, bool]]
+    schedule: list[tuple[int, bool, bool]]  # (candidate, timed, synced: after a barrier)
     count: int
     elem_size: int
     issued: int = 0
@@ -82,6 +85,7 @@ class Trial:
     key: tuple[str, str, int]
     candidate: int
     timed: bool
+    synced: bool  # start after a barrier (the first call of a burst)
     last: bool
 
 
@@ -132,9 +136,9 @@ class Tuner:
                 raise RuntimeError(f"hocc: tuning {collective} of {dtype} for {human(count * elem_size)} failed "
                                    "(see the group's first failure)")
             return b.decided, None
-        cand, timed = b.schedule[b.issued]
+        cand, timed, synced = b.schedule[b.issued]
         b.issued += 1
-        return b.candidates[cand], Trial(self, b, key, cand, timed, b.issued == len(b.schedule))
+        return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.issued == len(b.schedule))
 
     def table(self, collective: str, elem_size: int) -> Crossover:
         """The model's crossover table for (collective, element size), made once."""
@@ -155,14 +159,15 @@ class Tuner:
             if self.base.chunks is not None:  # HOCC_CHUNKS fixes K
                 ks = {self.base.chunks}
             cands += [Pick("ho_ring", k, "trial") for k in sorted(ks)]
-        # warm-ups first, then timed rounds over every candidate (interleaved: a slow spell hits all alike)
-        schedule: list[tuple[int, bool]] = []
+        # warm-ups first, then rounds over every candidate (interleaved: a slow spell hits all alike), each a
+        # burst of back-to-back calls started together (how a loop of such calls runs)
+        schedule: list[tuple[int, bool, bool]] = []
         for i, c in enumerate(cands):
             if (collective, c.algo) not in self._warm:
                 self._warm.add((collective, c.algo))
-                schedule.append((i, False))
-        rounds = _rounds([_predicted(preds, c) for c in cands])
-        schedule += [(i, True) for _ in range(rounds) for i in range(len(cands))]
+                schedule.append((i, False, False))
+        rounds, burst = _rounds([_predicted(preds, c) for c in cands])
+        schedule += [(i, True, j == 0) for _ in range(rounds) for i in range(len(cands)) for j in range(burst)]
         return _Bucket(cands, schedule, count, elem_size)
 
     # -- the worker's side (call order) ------------------------------------------
@@ -246,11 +251,12 @@ def timed(device: torch.device) -> Iterator[Callable[[], float]]:
         secs[0] = time.perf_counter() - t0
 
 
-def _rounds(predicted: list[float]) -> int:
+def _rounds(predicted: list[float]) -> tuple[int, int]:
+    """(rounds, calls per burst) for candidates the model prices at `predicted`."""
     fastest = max(min(predicted), 1e-6)
     if fastest > ONE_ROUND_ABOVE_S:
-        return 1
-    return max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(ROUND_BUDGET_S / fastest)))
+        return 1, 1
+    return ROUNDS, max(1, min(MAX_BURST, math.ceil(BURST_S / fastest)))
 
 
 def _predicted(preds: dict[str, Prediction], c: Pick) -> float:
