@@ -68,8 +68,12 @@ def main() -> int:
                 call("auto")
                 calls += 1
             tune_s = time.perf_counter() - t0
-            for algo in ALGOS[:-1]:  # the fixed algorithms' set-up, untimed
+            plans = {}
+            for algo in ALGOS:  # set-up, untimed; which plan each runs (auto's: its pick)
                 call(algo)
+                plan = hocc.last_plan()
+                assert plan is not None
+                plans[algo] = f"{plan.algo}@{plan.chunks}" if plan.algo == "ho_ring" else plan.algo
             batch = 20 if size <= 64 << 10 else 5 if size <= 4 << 20 else 1  # short calls timed in batches
             times: dict[str, list[float]] = {x: [] for x in ALGOS}
             for _ in range(a.rounds if size < 16 << 20 else min(a.rounds, 3)):
@@ -85,11 +89,16 @@ def main() -> int:
             row = {"op": op, "size": size, **{x: float(v) for x, v in zip(ALGOS, med, strict=True)},
                    "pick": f"{pick.algo}@{pick.chunks}" if pick.chunks else pick.algo, "why": pick.why,
                    "tune_calls": calls, "tune_s": tune_s}
-            row["auto_vs_fastest"] = row["auto"] / min(row[x] for x in ALGOS[:-1])
+            fastest = min(ALGOS[:-1], key=lambda x: row[x])
+            row["auto_vs_fastest"] = row["auto"] / row[fastest]
+            row["plans"] = plans
+            row["fastest"] = fastest
+            row["same_plan_as_fastest"] = plans["auto"] == plans[fastest]
             rows.append(row)
             if rank == 0:
                 print(f"{op:<15} {size:>10} " + " ".join(f"{x} {row[x] * 1e3:9.2f} ms" for x in ALGOS)
-                      + f"  auto/fastest {row['auto_vs_fastest']:.3f}  pick {row['pick']}  "
+                      + f"  auto/fastest {row['auto_vs_fastest']:.3f}  pick {row['pick']} "
+                      f"(fastest: {plans[fastest]})  "
                       f"tuning {calls} calls {tune_s:.1f} s", flush=True)
     if rank == 0 and a.json:
         meta = {"world": world, "topology": os.environ.get("HOCC_TOPOLOGY"), "rounds": a.rounds,

@@ -8,6 +8,7 @@ the fastest fixed algorithm, and what tuning cost.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,21 +28,34 @@ def main(folder: str) -> int:
              "ho_ring (the model's K) and auto (its pick); the slowest rank's median per algorithm. `x fastest`:",
              "auto over the fastest fixed algorithm (target <= 1.05). `2x4-wrong-10gbit`: the 200 Mbit/s 2x4",
              "cluster described to hocc as `2x4@nic=10gbit`.", ""]
-    total = ok = 0
+    total = ok = same = either = 0
     for name, doc in runs.items():
         rows = doc["rows"]
         good = sum(r["auto_vs_fastest"] <= TARGET for r in rows)
-        total, ok = total + len(rows), ok + good
-        lines += [f"## {name} (HOCC_TOPOLOGY={doc['meta']['topology']}): {good}/{len(rows)} within 5%", "",
-                  "| op | size | native ms | ring ms | ho_ring ms | auto ms | auto's pick | x fastest | tuning calls "
-                  "| tuning s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        alike = sum(bool(r.get("same_plan_as_fastest")) for r in rows)
+        both = sum(r["auto_vs_fastest"] <= TARGET or bool(r.get("same_plan_as_fastest")) for r in rows)
+        total, ok, same, either = total + len(rows), ok + good, same + alike, either + both
+        lines += [f"## {name} (HOCC_TOPOLOGY={doc['meta']['topology']}): {good}/{len(rows)} within 5%, "
+                  f"{alike}/{len(rows)} ran the fastest's plan", "",
+                  "| op | size | native ms | ring ms | ho_ring ms | auto ms | auto ran | fastest ran | x fastest "
+                  "| tuning calls | tuning s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in rows:
             flag = "" if r["auto_vs_fastest"] <= TARGET else " **"
+            plans = r.get("plans", {})
             lines.append(f"| {r['op']} | {human(r['size'])} | {r['native'] * 1e3:.2f} | {r['ring'] * 1e3:.2f} | "
-                         f"{r['ho_ring'] * 1e3:.2f} | {r['auto'] * 1e3:.2f} | {r['pick']} | "
-                         f"{r['auto_vs_fastest']:.3f}{flag} | {r['tune_calls']} | {r['tune_s']:.1f} |")
+                         f"{r['ho_ring'] * 1e3:.2f} | {r['auto'] * 1e3:.2f} | {plans.get('auto', r['pick'])} | "
+                         f"{plans.get(r.get('fastest', ''), '?')} | {r['auto_vs_fastest']:.3f}{flag} | "
+                         f"{r['tune_calls']} | {r['tune_s']:.1f} |")
         lines.append("")
-    lines.insert(8, f"**{ok} of {total} rows within 5% of the fastest.** Plot: `tuned-auto.png`.\n")
+    noise = sorted(r["auto_vs_fastest"] for doc in runs.values() for r in doc["rows"] if r.get("same_plan_as_fastest"))
+    spread = ""
+    if len(noise) >= 10:  # two timings of one plan: how far apart this machine puts them
+        q = statistics.quantiles(noise, n=10)
+        spread = (f" Where auto ran the fastest's own plan, the ratio is two timings of one plan: median "
+                  f"{statistics.median(noise):.3f}, 10-90% {q[0]:.2f}-{q[-1]:.2f} over {len(noise)} rows, the noise "
+                  "floor of one comparison on this 2-core machine (8 ranks on 2 cores).")
+    lines.insert(9, f"**{ok} of {total} rows within 5% of the fastest; {same} of {total} ran the same plan as "
+                    f"the fastest; {either} of {total} one or the other.**{spread} Plot: `tuned-auto.png`.\n")
     Path(folder, "README.md").write_text("\n".join(lines) + "\n")
     _plot(runs, Path(folder, "tuned-auto.png"))
     print(f"{ok}/{total} rows within 5%; wrote {folder}/README.md and tuned-auto.png")
