@@ -136,6 +136,17 @@ def _world_tuning(rank: int, world: int, path: str) -> None:
             out = torch.empty(world * n)
             hocc.all_gather_into_tensor(out, torch.full((n,), float(rank)))
             assert torch.equal(out, torch.arange(world).repeat_interleave(n).float())
+    # async calls run ahead of the worker, whose decisions refit the model that plans new buckets' trials:
+    # every rank must still plan them alike (a difference would fail the call check)
+    works = []
+    for i in range(150):
+        n = (3, 500, 30000)[i % 3]
+        x = torch.full((n,), float(rank + i))
+        works.append((hocc.all_reduce(x, async_op=True), x, sum(range(world)) + world * i))
+    for w, x, v in works:
+        assert w is not None
+        w.wait()
+        assert torch.all(x == v)
     plan = hocc.last_plan()
     assert plan is not None and "measured:" in plan.reason, plan.reason
     mine = sorted((k, p.algo, p.chunks) for k, p in tuner.decided().items())

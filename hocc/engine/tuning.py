@@ -70,6 +70,7 @@ class _Bucket:
     schedule: list[tuple[int, bool, bool]]  # (candidate, timed, synced: after a barrier)
     count: int
     elem_size: int
+    collective: str
     issued: int = 0
     times: dict[int, list[float]] = field(default_factory=dict)
     decided: Pick | None = None
@@ -128,17 +129,26 @@ class Tuner:
             return self.table(collective, elem_size).pick(count * elem_size), None
         b = self._buckets.get(key)
         if b is None:
+            # a decision refits the model that plans trials: wait for every decision already due (all its
+            # trials issued), so that every rank plans this bucket with the same model whatever its worker's pace
+            for other in list(self._buckets.values()):
+                if other.issued >= len(other.schedule):
+                    self._wait(other, gone)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
         if b.issued >= len(b.schedule):  # every trial issued: wait for the worker's decision
-            while not b.done.wait(0.5) and gone() is None:
-                pass
-            if b.decided is None:
-                raise RuntimeError(f"hocc: tuning {collective} of {dtype} for {human(count * elem_size)} failed "
-                                   "(see the group's first failure)")
-            return b.decided, None
+            return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
         b.issued += 1
         return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.issued == len(b.schedule))
+
+    @staticmethod
+    def _wait(b: _Bucket, gone: Callable[[], str | None]) -> Pick:
+        while not b.done.wait(0.5) and gone() is None:
+            pass
+        if b.decided is None:
+            raise RuntimeError(f"hocc: tuning {b.collective} at {human(b.count * b.elem_size)} per rank failed: "
+                               "see the group's first failure")
+        return b.decided
 
     def table(self, collective: str, elem_size: int) -> Crossover:
         """The model's crossover table for (collective, element size), made once."""
@@ -168,7 +178,7 @@ class Tuner:
                 schedule.append((i, False, False))
         rounds, burst = _rounds([_predicted(preds, c) for c in cands])
         schedule += [(i, True, j == 0) for _ in range(rounds) for i in range(len(cands)) for j in range(burst)]
-        return _Bucket(cands, schedule, count, elem_size)
+        return _Bucket(cands, schedule, count, elem_size, collective)
 
     # -- the worker's side (call order) ------------------------------------------
     def measured(self, trial: Trial, seconds: float) -> None:
