@@ -136,6 +136,9 @@ def _world_tuning(rank: int, world: int, path: str) -> None:
             out = torch.empty(world * n)
             hocc.all_gather_into_tensor(out, torch.full((n,), float(rank)))
             assert torch.equal(out, torch.arange(world).repeat_interleave(n).float())
+    hocc.all_reduce(torch.ones(sizes[-1]))  # a decided bucket: its plan says what was measured
+    plan = hocc.last_plan()
+    assert plan is not None and "measured:" in plan.reason, plan.reason
     # async calls run ahead of the worker, whose decisions refit the model that plans new buckets' trials:
     # every rank must still plan them alike (a difference would fail the call check)
     works = []
@@ -147,8 +150,6 @@ def _world_tuning(rank: int, world: int, path: str) -> None:
         assert w is not None
         w.wait()
         assert torch.all(x == v)
-    plan = hocc.last_plan()
-    assert plan is not None and "measured:" in plan.reason, plan.reason
     mine = sorted((k, p.algo, p.chunks) for k, p in tuner.decided().items())
     every: list[object] = [None] * world
     dist.all_gather_object(every, mine)
