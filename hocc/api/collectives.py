@@ -18,6 +18,7 @@ from hocc.config import get_config
 from hocc.engine.engine import Engine
 from hocc.engine.registry import get_engine
 from hocc.engine.work import Work
+from hocc.executor.plans import dtype_name
 from hocc.plan.types import Plan
 
 ReduceOp = dist.ReduceOp
@@ -123,7 +124,8 @@ def plan_for(collective: str, tensor: torch.Tensor, group: dist.ProcessGroup | N
     g = v.resolve_group(group, "plan_for")
     cfg = get_config()
     algo = v.check_algo(algo if algo is not None else cfg.algo, "plan_for")
-    return _engine(g, tensor.device).plan(collective, tensor.numel(), tensor.element_size(), algo, cfg)
+    return _engine(g, tensor.device).plan(collective, tensor.numel(), tensor.element_size(), algo, cfg,
+                                          dtype_name(tensor.dtype))
 
 
 def last_plan(group: dist.ProcessGroup | None = None, device: str = "cpu") -> Plan | None:

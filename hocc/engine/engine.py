@@ -138,14 +138,14 @@ class Engine:
             log.warning("hocc rank %d/%d (%s): %s", self.rank, self.size, self.topology.shape(), entry.plan.summary())
         return entry, trial
 
-    def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config | None = None) -> Plan:
+    def plan(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config | None = None,
+             dtype: str = "float32") -> Plan:
         """The plan a call would run (count per rank: the all_reduce tensor, the
-        all_gather input, the reduce_scatter output); for auto, what the
-        tables say now (a bucket still in trials: the model's pick)."""
+        all_gather input, the reduce_scatter output); for auto, its measured
+        pick, else the table's (a bucket still in trials: the model's pick)."""
         cfg = cfg or get_config()
         if algo == "auto":
-            key_bytes = count * elem_size
-            pick = self.tuner(cfg).table(collective, elem_size).pick(key_bytes)
+            pick = self.tuner(cfg).peek(collective, count, elem_size, dtype)
             return self.plans.get(collective, count, elem_size, pick.algo, pick.settings(self.settings(cfg))).plan
         return self._compiled(collective, count, elem_size, algo, cfg)[0].plan
 

@@ -141,6 +141,13 @@ class Tuner:
         b.issued += 1
         return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.issued == len(b.schedule))
 
+    def peek(self, collective: str, count: int, elem_size: int, dtype: str) -> Pick:
+        """What a call of this size would run once its bucket is decided (its
+        measured pick if it is, the table's if not), without taking a trial."""
+        with self._lock:
+            known = self._decided.get((collective, dtype, bucket_of(count * elem_size)))
+        return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
+
     @staticmethod
     def _wait(b: _Bucket, gone: Callable[[], str | None]) -> Pick:
         while not b.done.wait(0.5) and gone() is None:
