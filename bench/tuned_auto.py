@@ -39,6 +39,8 @@ def main() -> int:
     import torch.distributed as dist
 
     import hocc
+    from hocc.bench.collectives import COLLECTIVES as BENCH
+    from hocc.bench.collectives import BenchCollective
     from hocc.bench.sizes import parse_size
     from hocc.engine.registry import get_engine
     from hocc.plan.crossover import bucket_of
@@ -50,17 +52,13 @@ def main() -> int:
     rows = []
     for op in a.ops.split(","):
         for size in (parse_size(s) for s in a.sizes.split(",")):
-            per = max(1, size // 4 // (1 if op == "all_reduce" else world))
-            big = torch.ones(per * world)
-            small = torch.ones(per)
+            coll = BENCH[op]
+            inp, out = coll.buffers(max(size, 4 * (1 if op == "all_reduce" else world)), torch.float32, world,
+                                    rank, torch.device("cpu"))
+            per = out.numel() if op == "reduce_scatter" else inp.numel()  # the plan's count per rank
 
-            def call(algo: str, op: str = op, big: torch.Tensor = big, small: torch.Tensor = small) -> None:
-                if op == "all_reduce":
-                    hocc.all_reduce(small, algo=algo)
-                elif op == "all_gather":
-                    hocc.all_gather_into_tensor(big, small, algo=algo)
-                else:
-                    hocc.reduce_scatter_tensor(small, big, algo=algo)
+            def call(algo: str, coll: BenchCollective = coll, inp: torch.Tensor = inp, out: torch.Tensor = out) -> None:
+                coll.launch(inp, out, "sum", algo)
 
             key = (op, "float32", bucket_of(per * 4))
             calls, t0 = 0, time.perf_counter()

@@ -38,6 +38,7 @@ def run(a: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     import hocc
+    from hocc.bench.collectives import COLLECTIVES as BENCH
     from hocc.engine.registry import get_engine
     from hocc.executor.plans import dtype_name
 
@@ -65,12 +66,12 @@ def run(a: argparse.Namespace) -> int:
         size = max(lo, elem)
         while size <= hi:
             count = max(1, size // elem)
-            x = torch.ones(count * (world if op == "reduce_scatter" else 1), dtype=dtype, device=device)
-            out = torch.empty(count * (world if op == "all_gather" else 1), dtype=dtype, device=device)
+            coll = BENCH[op]  # buffers of nccl-tests' size S: the whole all_gather output / reduce_scatter input
+            x, out = coll.buffers(count * elem * (1 if op == "all_reduce" else world), dtype, world, rank, device)
             key = (op, dtype_name(dtype), bucket_of(count * elem))
             calls, start = 0, time.perf_counter()
-            while key not in tuner.decided() and calls < 64:
-                _call(op, x, out)
+            while key not in tuner.decided() and calls < 500:
+                coll.launch(x, out, "sum", "auto")
                 calls += 1
             secs = time.perf_counter() - start
             pick = tuner.decided().get(key)
@@ -90,13 +91,3 @@ def run(a: argparse.Namespace) -> int:
     dist.destroy_process_group()
     return 0
 
-
-def _call(op: str, x: object, out: object) -> None:
-    import hocc
-
-    if op == "all_reduce":
-        hocc.all_reduce(x)  # type: ignore[arg-type]
-    elif op == "all_gather":
-        hocc.all_gather_into_tensor(out, x)  # type: ignore[arg-type]
-    else:
-        hocc.reduce_scatter_tensor(out, x)  # type: ignore[arg-type]
