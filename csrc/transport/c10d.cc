@@ -56,8 +56,7 @@ class C10dComm final : public Comm {
     lane.dev->on_stream(lane.stream, [&] {
       if (tiny(count * dtype_size(t))) {
         gather_tiny(src, count * dtype_size(t));
-        copy_in(held(0, count * dtype_size(t)), dst, count, t, lane);
-        for (int q = 1; q < n; ++q) lane.dev->reduce(dst, held(q, count * dtype_size(t)), count, t, op, lane.stream);
+        reduce_held(count * dtype_size(t), 0, dst, count, t, op, lane);
         return;
       }
       agree();
@@ -80,8 +79,7 @@ class C10dComm final : public Comm {
       const size_t es = dtype_size(t), in = size_t(n) * seg * es;
       if (tiny(in)) {  // every member's input gathered; this member reduces its own segment
         gather_tiny(src, in);
-        copy_in(held(0, in) + size_t(me) * seg * es, out, seg, t, lane);
-        for (int q = 1; q < n; ++q) lane.dev->reduce(out, held(q, in) + size_t(me) * seg * es, seg, t, op, lane.stream);
+        reduce_held(in, size_t(me) * seg * es, out, seg, t, op, lane);
         return;
       }
       agree();
@@ -226,6 +224,11 @@ class C10dComm final : public Comm {
   bool tiny(size_t bytes) const { return device_.is_cpu() && n > 1 && size_t(n) * bytes <= kTinyBytes; }
   // After gather_tiny, member q's input (mine_.data holds member me-j's at j)
   const char* held(int q, size_t bytes) const { return mine_.data + size_t((me - q + n) % n) * bytes; }
+  // dst = the reduction, in member order, of `count` elements at `offset` bytes into every member's input
+  void reduce_held(size_t bytes, size_t offset, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
+    copy_in(held(0, bytes) + offset, dst, count, t, lane);
+    for (int q = 1; q < n; ++q) lane.dev->reduce(dst, held(q, bytes) + offset, count, t, op, lane.stream);
+  }
   void gather_tiny(const char* src, size_t len) {
     check_usable();
     mine_.id = call ? *call : CallId{};

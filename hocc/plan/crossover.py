@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
+from hocc.plan.planner import PlannerConfig, choose, predict_all
 from hocc.topology import Topology
 
 # buckets 0..MAX_BUCKET: up to 2^47 bytes (128 TiB) per rank
@@ -38,11 +38,12 @@ def bucket_range(bucket: int) -> str:
     return f"({human(1 << (bucket - 1))}, {human(1 << bucket)}]"
 
 
-def human(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} B"
+def human(nbytes: float) -> str:
+    """'4 KiB', '1.5 MiB', '100 B': sizes as hocc's tables print them."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= div:
+            return f"{nbytes / div:.4g} {unit}"
+    return f"{int(nbytes)} B"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,6 @@ class Pick:
     algo: str
     chunks: int | None
     why: str
-    predictions: tuple[Prediction, ...] = ()
 
     def settings(self, base: PlannerConfig) -> PlannerConfig:
         """The planner settings that build this pick's plan."""
@@ -66,7 +66,7 @@ def model_pick(collective: str, count: int, elem_size: int, topo: Topology, cfg:
     algo = choose(preds, cfg, collective)
     why = "model: " + ", ".join(f"{p.algo}{f'@{p.chunks}' if p.algo == 'ho_ring' else ''} "
                                 f"{p.seconds * 1e3:.3f} ms" for p in preds.values())
-    return Pick(algo, preds[algo].chunks if algo == "ho_ring" else None, why, tuple(preds.values()))
+    return Pick(algo, preds[algo].chunks if algo == "ho_ring" else None, why)
 
 
 class Crossover:

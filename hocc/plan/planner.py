@@ -148,7 +148,7 @@ def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, colle
 
 
 def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo: str = "auto",
-              cfg: PlannerConfig | None = None, reason: str = "") -> Plan:
+              cfg: PlannerConfig | None = None) -> Plan:
     """The plan for one call: `count` is the element count per rank (all_reduce:
     the tensor; reduce_scatter: the output; all_gather: the input). A named
     algo is built without pricing the others (HO-Ring's K: cfg.chunks, else
@@ -161,9 +161,9 @@ def make_plan(collective: str, count: int, elem_size: int, topo: Topology, algo:
     if algo == "auto":
         preds = predict_all(collective, count, elem_size, topo, cfg)
         pick = choose(preds, cfg, collective)
-        reason = reason or "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
+        reason = "auto: predicted " + ", ".join(f"{p.algo} {p.seconds * 1e3:.3f} ms" for p in preds.values())
         return build_plan(collective, count, elem_size, topo, pick, cfg, reason, preds[pick])
-    return build_plan(collective, count, elem_size, topo, algo, cfg, reason or "asked for")
+    return build_plan(collective, count, elem_size, topo, algo, cfg, "asked for")
 
 
 def build_plan(collective: str, count: int, elem_size: int, topo: Topology, algo: str, cfg: PlannerConfig,

@@ -25,6 +25,7 @@ from typing import Any
 
 from hocc.bench.sizes import parse_size, sweep
 from hocc.plan.cost import CostParams
+from hocc.plan.crossover import human
 from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS
 from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
@@ -162,13 +163,6 @@ def crossovers(op: str, sizes: list[int], picks: list[str], elem: int, topo: Top
     return out
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.4g} {unit}"
-    return f"{int(n)} B"
-
-
 def _fmt_time(s: float) -> str:
     return f"{s * 1e3:.3f} ms" if s < 10 else f"{s:.2f} s"
 
@@ -206,7 +200,7 @@ def run(a: argparse.Namespace) -> int:
             nccl = ""
             if cfg.params.native == "nccl":  # which algorithm/protocol NCCL would pick
                 nccl = predict_nccl(op, topo, per_rank_count(op, size, elem, world), elem, cfg.params)[0]
-            line = f"  {_fmt_bytes(size):>10} "
+            line = f"  {human(size):>10} "
             for x in algos:
                 p = preds.get(x)
                 if p is None:
@@ -221,7 +215,7 @@ def run(a: argparse.Namespace) -> int:
                 row["nccl_algo"] = nccl
             rows.append(row)
         cross = crossovers(op, sizes, picks, elem, topo, cfg)
-        text = "; ".join(f"{a_} -> {b_} at {_fmt_bytes(s)}" for s, a_, b_ in cross) or "none in this range"
+        text = "; ".join(f"{a_} -> {b_} at {human(s)}" for s, a_, b_ in cross) or "none in this range"
         print(f"# crossovers: {text}")
         report["ops"][op] = {"rows": rows, "crossovers": [{"size": s, "from": x, "to": y} for s, x, y in cross]}
     if a.json:
