@@ -287,11 +287,17 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     }
   };
   lane_stream(plan.stages - 1);  // create every lane's stream before the threads share the list
-  std::vector<std::thread> threads;
-  for (int s = 1; s < plan.stages; ++s)
-    if (!lanes[s].empty()) threads.emplace_back(lane_main, s);
-  lane_main(0);
-  for (auto& th : threads) th.join();
+  if (plan.chunks() == 1) {
+    // one chunk: every stage waits for the one before, so the stages run here in order (a thread per
+    // stage would cost two thread switches per stage and gain nothing)
+    for (int s = 0; s < plan.stages; ++s) lane_main(s);
+  } else {
+    std::vector<std::thread> threads;
+    for (int s = 1; s < plan.stages; ++s)
+      if (!lanes[s].empty()) threads.emplace_back(lane_main, s);
+    lane_main(0);
+    for (auto& th : threads) th.join();
+  }
   if (mismatch) throw MismatchError(error);
   if (!error.empty()) throw Error(error);
 }
