@@ -1,8 +1,10 @@
 """What a call of a size never seen before costs hocc's Python side at scale,
 without ranks: the crossover table made once per (collective, element size),
-then for each new size the table lookup and the plan the engine builds for
-it (plan, its C++ form, its hash for the call check), on a synthetic
-cluster. The planner (pricing every algorithm) runs only for the table.
+the unit plan made once per (algo, K) (hocc.plan.shapes), then for each new
+size the table lookup and the engine's plan cache (the unit's C++ form
+scaled, its hash), on a synthetic cluster. For comparison: building that
+size's plan outright (plan, C++ form, hash), and the planner pricing every
+algorithm for it (what auto ran per size before the tables).
 
     .venv/bin/python bench/new_size_cost.py --hosts 512 --ranks-per-host 8
 """
@@ -14,6 +16,7 @@ import statistics
 import time
 
 from hocc.engine.agreement import plan_hash
+from hocc.engine.plans import PlanCache
 from hocc.executor.plans import to_native
 from hocc.plan.crossover import Crossover
 from hocc.plan.planner import PlannerConfig, build_plan, make_plan
@@ -31,17 +34,26 @@ def main() -> int:
     topo = parse_spec(f"{a.hosts}x{a.ranks_per_host}")
     cfg = planner_settings(PlannerConfig(), a.device, topo)
     print(f"# {a.hosts} x {a.ranks_per_host} = {topo.world_size} ranks, {a.device} settings")
-    print(f"# {'collective':<15} {'table (once)':>13} {'lookup':>9} {'plan, C++, hash':>15} {'planner (old path)':>19}")
+    print(f"# {'collective':<15} {'table (once)':>13} {'units (once)':>13} {'lookup + plan':>14} "
+          f"{'plan built outright':>20} {'planner (old path)':>19}")
     for coll in ("all_reduce", "all_gather", "reduce_scatter"):
         t0 = time.perf_counter()
         table = Crossover(coll, 4, topo, cfg)
         made = time.perf_counter() - t0
-        lookups, builds, planner = [], [], []
+        cache = PlanCache(topo)
+        t0 = time.perf_counter()
+        for b in range(12, 40):  # every bucket's unit, both routings, as a job's first sizes would make them
+            pick = table.pick(1 << b)
+            for count in ((1 << b) // 4, (1 << b) // 4 + 1):
+                cache.get(coll, count, 4, pick.algo, pick.settings(cfg))
+        units = time.perf_counter() - t0
+        news, builds, planner = [], [], []
         for i in range(a.sizes):
             count = 1000 + 7919 * i * i  # new sizes, 4 KB .. a few MB per rank
             t0 = time.perf_counter()
             pick = table.pick(count * 4)
-            lookups.append(time.perf_counter() - t0)
+            cache.get(coll, count, 4, pick.algo, pick.settings(cfg))
+            news.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             plan = build_plan(coll, count, 4, topo, pick.algo, pick.settings(cfg), pick.why)
             to_native(plan)
@@ -50,8 +62,8 @@ def main() -> int:
             t0 = time.perf_counter()
             make_plan(coll, count, 4, topo, "auto", cfg)
             planner.append(time.perf_counter() - t0)
-        print(f"  {coll:<15} {made * 1e3:>10.1f} ms {statistics.median(lookups) * 1e6:>6.1f} us "
-              f"{statistics.median(builds) * 1e3:>11.2f} ms {statistics.median(planner) * 1e3:>16.2f} ms")
+        print(f"  {coll:<15} {made * 1e3:>10.1f} ms {units * 1e3:>10.1f} ms {statistics.median(news) * 1e6:>11.1f} us "
+              f"{statistics.median(builds) * 1e3:>17.2f} ms {statistics.median(planner) * 1e3:>16.2f} ms")
     return 0
 
 

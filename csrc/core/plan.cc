@@ -7,11 +7,11 @@
 namespace hocc {
 
 const RankSteps& Plan::for_rank(int rank) const {
-  std::lock_guard<std::mutex> lk(compiled_.mu);
-  auto found = compiled_.by_rank.find(rank);
-  if (found != compiled_.by_rank.end()) return found->second;
+  std::lock_guard<std::mutex> lk(body_->mu);
+  auto found = body_->by_rank.find(rank);
+  if (found != body_->by_rank.end()) return found->second;
   RankSteps lanes(static_cast<size_t>(stages));
-  for (const Step& s : steps) {
+  for (const Step& s : body_->steps) {
     if (s.stage < 0 || s.stage >= stages || s.chunk < 0 || s.chunk >= chunks())
       throw Error("hocc: plan step (stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) +
                   ") is outside the plan's " + std::to_string(stages) + " stages x " + std::to_string(chunks()) +
@@ -25,7 +25,18 @@ const RankSteps& Plan::for_rank(int rank) const {
     for (size_t i = 1; i < lane.size(); ++i)
       if (lane[i].step->chunk < lane[i - 1].step->chunk)
         throw Error("hocc: plan steps of one stage are out of chunk order");
-  return compiled_.by_rank.emplace(rank, std::move(lanes)).first->second;
+  return body_->by_rank.emplace(rank, std::move(lanes)).first->second;
+}
+
+Plan Plan::scaled(size_t factor, size_t block_elems, WorkAt where, bool pack_input) const {
+  if (!factor) throw Error("hocc: a plan scales by a factor of at least 1");
+  Plan p = *this;
+  p.scale = scale * factor;
+  p.layout.piece = layout.piece * factor;
+  p.layout.block_elems = block_elems;
+  p.work_at = where;
+  p.pack = pack_input;
+  return p;
 }
 
 Op parse_plan_op(const std::string& n) {

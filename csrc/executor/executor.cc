@@ -21,6 +21,7 @@ struct Executor::Run {
   DType t;
   RedOp op;
   const Step* steps;  // the plan's first step (a record names steps by index)
+  size_t scale;       // the plan's: its offsets and segments count units of this many elements
   RunRecord* rec;     // null: not recording
   char* buf(Buf b) const { return b == Buf::work ? work : b == Buf::output ? output : const_cast<char*>(input); }
 };
@@ -103,7 +104,7 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
 void Executor::run_group(const Step& s, const GroupSlice& gs, const Run& r, const Lane& lane) {
   const size_t es = dtype_size(r.t);
   const GroupSlice* g = &gs;
-  const size_t off = g->offset * es, seg = g->seg;
+  const size_t off = g->offset * r.scale * es, seg = g->seg * r.scale;
   const char* src = r.buf(s.src) + off;
   char* dst = r.buf(s.dst) + off;
   if (g->ranks.size() == 1) {  // alone: the result is the input, wherever the plan wants it
@@ -162,7 +163,7 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
       if (runs_.size() > keep_) runs_.pop_front();
     }
   }
-  Run r{static_cast<const char*>(bufs.input), output, work, t, op, plan.steps.data(), rec.get()};
+  Run r{static_cast<const char*>(bufs.input), output, work, t, op, plan.steps().data(), plan.scale, rec.get()};
   t_.prepare(plan);
   if (call) t_.begin(*call);
   if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);

@@ -64,7 +64,7 @@ Plan make_plan(const std::string& collective, int world, int stages, const Layou
                                              std::to_string(world));
       s.groups.push_back({ranks, offset, seg});
     }
-    p.steps.push_back(std::move(s));
+    p.add_step(std::move(s));
   }
   return p;
 }
@@ -190,7 +190,11 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("stages", &Plan::stages)
       .def_property_readonly("chunks", &Plan::chunks)
       .def_property_readonly("work_elems", [](const Plan& p) { return p.layout.size(); })
-      .def_property_readonly("num_steps", [](const Plan& p) { return p.steps.size(); });
+      .def_property_readonly("num_steps", [](const Plan& p) { return p.steps().size(); })
+      .def_readonly("scale", &Plan::scale)
+      .def("scaled", [](const Plan& p, size_t factor, size_t block_elems, const std::string& work_at, bool pack) {
+        return p.scaled(factor, block_elems, parse_work_at(work_at), pack);
+      }, py::arg("factor"), py::arg("block_elems"), py::arg("work_at"), py::arg("pack"));
 
   // a comm's collectives called directly (tests, microbenchmarks, the GPU check): on `device`'s current
   // stream, in place on buf (all_reduce may read its input from src)

@@ -23,7 +23,7 @@ GroupTransport::GroupTransport(int rank, int size, std::unique_ptr<Device> devic
 
 void GroupTransport::prepare(const Plan& plan) {
   std::lock_guard<std::mutex> lk(mu_);
-  for (const Step& s : plan.steps)
+  for (const Step& s : plan.steps())
     for (const GroupSlice& g : s.groups)
       if (g.ranks.size() > 1 && std::count(g.ranks.begin(), g.ranks.end(), rank_) &&
           !comms_.count({s.stage, g.ranks, s.impl}))

@@ -103,7 +103,7 @@ void InProcTransport::abort(const std::string& why) { world_.abort(why); }
 
 void InProcTransport::prepare(const Plan& plan) {
   world_.enter(rank_);
-  for (const Step& s : plan.steps)
+  for (const Step& s : plan.steps())
     for (const GroupSlice& g : s.groups)
       if (g.ranks.size() > 1 && std::count(g.ranks.begin(), g.ranks.end(), rank_)) comm(s.stage, g.ranks);
 }

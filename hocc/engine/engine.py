@@ -67,7 +67,7 @@ class Engine:
         self._check_pg: Any = None  # HOCC_CHECK's gloo group
         self.topology = resolve_topology(info, prefix, cfg, device)
         self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
-        self.last_plan: Plan | None = None
+        self._last: Compiled | None = None  # the last call's plan (last_plan)
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
@@ -130,8 +130,7 @@ class Engine:
                                                lambda: self.failed or self.closed)
             entry = self.plans.get(collective, count, elem_size, pick.algo, pick.settings(settings))
             why = "auto, " + ("tuning: a trial" if trial is not None else pick.why)
-            if entry.plan.reason != why:
-                entry.plan = dataclasses.replace(entry.plan, reason=why)
+            entry.reason = why
         else:
             entry = self.plans.get(collective, count, elem_size, algo, settings)
         if cfg.debug:
@@ -149,6 +148,11 @@ class Engine:
             return self.plans.get(collective, count, elem_size, pick.algo, pick.settings(self.settings(cfg))).plan
         return self._compiled(collective, count, elem_size, algo, cfg)[0].plan
 
+    @property
+    def last_plan(self) -> Plan | None:
+        """The plan of this engine's last call (built now if it was a scaled one)."""
+        return self._last.plan if self._last is not None else None
+
     # -- running ----------------------------------------------------------------
     def run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str = "sum",
             algo: str | None = None, async_op: bool = False) -> Work | None:
@@ -162,8 +166,8 @@ class Engine:
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         dtype = dtype_name(inp.dtype)
         entry, trial = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
-        self.last_plan = entry.plan
-        call = Call(self._seq, collective, count, dtype, reduce_op, entry.plan.algo, entry.hash)
+        self._last = entry
+        call = Call(self._seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
@@ -186,7 +190,7 @@ class Engine:
         # nothing more: its GIL time is what the worker waits for); the executor notes the run
         if made:
             self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
-                               entry.plan, made)
+                               entry, made)
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
@@ -208,17 +212,16 @@ class Engine:
 
     def _run_plan(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
                   call: Call | None, seq: int) -> None:
-        plan = entry.plan
-        if not entry.prepared:  # collective set-up, here on the worker, in call order
+        if not entry.setup.done:  # collective set-up, here on the worker, in call order
             if self.comms is not None:
-                self.comms.prepare(plan)
-            entry.prepared = True
+                self.comms.prepare(entry.groups)
+            entry.setup.done = True
         # the work buffer is the executor's own (kept between calls only when small: Executor::kKeepWork);
         # the run is ordered on the caller's current stream (submit() made the call's stream current)
         self.executor.run(entry.native, inp.data_ptr(), out.data_ptr(), 0, dtype_name(inp.dtype), reduce_op, 0,
                           call.native() if call is not None else None, seq)
         if self.cfg.trace:
-            self._log_trace(plan)
+            self._log_trace(entry.plan)
 
     # -- failures ---------------------------------------------------------------
     def _where(self) -> str:

@@ -22,12 +22,14 @@ from dataclasses import replace
 from hocc.plan.types import Layout, Plan, Step
 
 
-def is_identity(collective: str, lay: Layout) -> bool:
-    """True when the work buffer holds the caller's buffer element for element."""
+def is_identity(collective: str, lay: Layout, in_order: bool | None = None) -> bool:
+    """True when the work buffer holds the caller's buffer element for element.
+    `in_order`: whether the layout's blocks are in rank order, when known (a
+    size-generic plan knows it once for every size)."""
     unpadded = lay.chunks * lay.piece == lay.block_elems
-    if collective == "all_reduce":
-        return unpadded
-    return unpadded and lay.chunks == 1 and lay.order == tuple(range(lay.blocks))
+    if collective == "all_reduce" or not unpadded or lay.chunks != 1:
+        return unpadded and collective == "all_reduce"
+    return in_order if in_order is not None else lay.order == tuple(range(lay.blocks))
 
 
 def _region(s: Step, offset: int, seg: int, members: int) -> tuple[int, int]:
@@ -59,7 +61,14 @@ def stage0_reads_everything(plan: Plan) -> bool:
 
 def route_buffers(plan: Plan) -> Plan:
     """The plan with its buffers chosen (see the module docstring)."""
-    if plan.algo == "native" or not is_identity(plan.collective, plan.layout):
+    return route_as(plan, is_identity(plan.collective, plan.layout))
+
+
+def route_as(plan: Plan, identity: bool) -> Plan:
+    """The plan routed as one whose layout is the identity or not: what
+    route_buffers does, for a size-generic plan whose sizes may be either
+    (hocc.plan.shapes; stage 0's coverage does not depend on the size)."""
+    if plan.algo == "native" or not identity:
         return plan
     if plan.collective == "all_gather":
         return replace(plan, work_at="output")

@@ -178,23 +178,28 @@ def build_plan(collective: str, count: int, elem_size: int, topo: Topology, algo
             pred = ho_pred
         plan = build_ho_ring(collective, topo, count, k, cfg.ring_ops, cfg.host_impl)
         if plan is not None:
-            if pred is None:
-                priced = price_ho_ring(collective, topo, count, elem_size, cfg, k)
-                pred = Prediction("ho_ring", priced[1].evaluate(topo.links, cfg.params), priced[0]) if priced else None
-            return _finish(plan, pred, reason)
+            return _finish(plan, pred, reason, topo, elem_size, cfg)
         algo, pred = "ring", None
         reason = (f"ho_ring's {collective} on topology {topo.shape()} would need cuts too fine to pad to "
                   f"(hocc.plan.ho_ring_uneven.MAX_UNIT), so the topology-ordered ring ran")
     if algo == "native":
         plan = build_native(collective, topo.world_size, count, ring_tier(topo))
-        if pred is None:
-            pred = Prediction("native", _predict_native(collective, count, elem_size, topo, cfg))
     else:
         plan = build_ring(collective, topo, count)
-        if pred is None:
-            pred = Prediction("ring", predict(plan, topo, elem_size, cfg.params))
-    return _finish(plan, pred, reason)
+    return _finish(plan, pred, reason, topo, elem_size, cfg)
 
 
-def _finish(plan: Plan, pred: Prediction | None, reason: str) -> Plan:
-    return route_buffers(replace(plan, predicted_s=pred.seconds if pred else None, reason=reason))
+def predicted(plan: Plan, topo: Topology, elem_size: int, cfg: PlannerConfig) -> float | None:
+    """The cost model's time for a built plan (None: HO-Ring the model cannot price)."""
+    if plan.algo == "native":
+        return _predict_native(plan.collective, plan.count, elem_size, topo, cfg)
+    if plan.algo == "ho_ring":
+        priced = price_ho_ring(plan.collective, topo, plan.count, elem_size, cfg, plan.chunks)
+        return priced[1].evaluate(topo.links, cfg.params) if priced else None
+    return predict(plan, topo, elem_size, cfg.params)
+
+
+def _finish(plan: Plan, pred: Prediction | None, reason: str, topo: Topology, elem_size: int,
+            cfg: PlannerConfig) -> Plan:
+    secs = pred.seconds if pred is not None else predicted(plan, topo, elem_size, cfg)
+    return route_buffers(replace(plan, predicted_s=secs, reason=reason))

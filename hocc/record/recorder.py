@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from hocc.plan.cost import ring_volume
 from hocc.plan.types import Plan
@@ -33,6 +33,13 @@ def step_bytes(collective: str, members: int, seg: int, elem_size: int) -> int:
     return int(ring_volume(collective, members, seg)[0] * elem_size)
 
 
+class PlanSource(Protocol):
+    """Whatever hands out a call's plan (the engine's cache entry, hocc.engine.plans.Compiled)."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+
 class CallRecord(NamedTuple):
     """What the caller's side knows of one call: made when the call is made.
     When this rank began and ended it, and its steps, are the executor's
@@ -45,8 +52,12 @@ class CallRecord(NamedTuple):
     dtype: str
     elem_size: int
     op: str
-    plan: Plan
+    source: PlanSource  # the plan, read only when a record is (a scaled plan is built then)
     enqueue_ns: int
+
+    @property
+    def plan(self) -> Plan:
+        return self.source.plan
 
 
 def call_dict(c: CallRecord, run: Any, failure: tuple[str, int] | None) -> dict[str, Any]:
@@ -117,10 +128,10 @@ class Recorder:
     # list(deque) each run under the GIL without releasing it, so a dump's
     # copy never sees half of one); a failure adds an entry to `failures`.
     # A call still queued behind others (async) is not in `calls` yet.
-    def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, plan: Plan,
+    def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, source: PlanSource,
              enqueue_ns: int) -> None:
         # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here
-        self.calls.append((seq, collective, count, dtype, elem_size, op, plan, enqueue_ns))
+        self.calls.append((seq, collective, count, dtype, elem_size, op, source, enqueue_ns))
 
     def failed(self, seq: int, error: str) -> None:
         self.failures[seq] = (error, time.time_ns())
