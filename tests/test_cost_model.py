@@ -52,7 +52,7 @@ def test_oversubscribed_trunk() -> None:
 
 def test_latency_chain_when_bytes_are_few() -> None:
     topo = parse_spec("4x1@nic_latency=1ms")
-    plan = build_native("all_reduce", 4, 4, "nic")  # 2(p-1) = 6 hops
+    plan = build_native("all_reduce", 4, 200, "nic")  # 2(p-1) = 6 hops (too big for the tiny path's tree)
     assert predict(plan, topo, 4, NO_SOFTWARE) == pytest.approx(6e-3, rel=1e-3)
 
 
@@ -103,3 +103,19 @@ def test_thousands_of_ranks_in_seconds() -> None:
             preds = predict_all(coll, count, 4, topo)
             assert set(preds) == {"native", "ring", "ho_ring"}
     assert time.perf_counter() - t0 < 20
+
+
+def test_tiny_native_steps_pay_a_trees_hops() -> None:
+    """A native step whose members' inputs fit the CPU transport's frame runs as a tree of frames
+    (2 ceil(log2 n) hops, csrc/transport/c10d.cc); one byte more and it pays its ring's 2(n-1)."""
+    from hocc.executor import load
+
+    params = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
+    assert params.tiny_bytes == load().TINY_BYTES  # the model's frame is the transport's
+    topo = parse_spec("8@host_latency=1ms,host=8000gbit")
+    edge = int(params.tiny_bytes) // (8 * 4)
+    at_edge = predict(build_native("all_reduce", 8, edge, "host"), topo, 4, params)
+    beyond = predict(build_native("all_reduce", 8, edge + 1, "host"), topo, 4, params)
+    assert at_edge == pytest.approx(6e-3, rel=1e-3) and beyond == pytest.approx(14e-3, rel=1e-3)
+    gathered = predict(build_native("all_gather", 8, edge, "host"), topo, 4, params)
+    assert gathered == pytest.approx(6e-3, rel=1e-3)  # a ring all-gather would be 7 hops

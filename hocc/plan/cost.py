@@ -32,11 +32,12 @@ call's fill may hide under another call's traffic but never under its own; a
 chunk's stage is a call of its own, so every chunk pays its own fill (NCCL
 drains one call's pipeline before the next on a communicator starts).
 
-Speed: a plan is compiled once into per-tick link loads (`PlanCost`), with
-identical steps and identical ticks computed once (all chunks of an HO-Ring
-plan load the same links), so thousands of ranks and 32 chunks cost the same
-handful of tick rows as one chunk; evaluating a compiled plan under other
-parameters is a few numpy operations (what the fit does thousands of times).
+A native step small enough for the CPU transport's tiny path (`tiny_bytes`)
+pays 2 ceil(log2 n) hops (a tree of frames) instead of its ring's chain.
+
+Speed: a plan is compiled once into per-tick link loads (`PlanCost`), identical
+steps and ticks once (all chunks of an HO-Ring plan load the same links);
+evaluating it under other parameters is a few numpy operations (the fit).
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class CostParams:
     native: str = "ring"
     nvls_efficiency: float = 0.61
     pipeline_window: float = 0.0
+    tiny_bytes: float = 448  # a native step whose members' inputs fit this runs as a tree of frames (c10d.cc)
 
     def factor(self, cls: str) -> float:
         for k, v in self.op_factors:
@@ -193,6 +195,7 @@ class _Shape:
     shm: bool
     calls: tuple[tuple[tuple[Summary, float], ...], ...] = ()  # native steps: _calls
     crowded: frozenset[tuple[str, str]] = frozenset()  # links more than one of its groups load
+    widest: int = 0  # its largest group, where all its groups have one segment (0: unequal segments)
 
     @property
     def values(self) -> np.ndarray:
@@ -266,7 +269,8 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
         users.update(mine)
     calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
     crowded = frozenset(k for k, c in users.items() if c > 1)
-    return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded)
+    return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded,
+                  max(map(len, groups), default=0))
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -312,19 +316,22 @@ def _step_latency(shape: _Shape, seg_bytes: float, links: LinkModel, params: Cos
     under NCCL, a native step's slowest rank's calls as NCCL would run each
     alone (module docstring), less the one launch its tick pays."""
     if params.native != "nccl" or not shape.calls:
-        return _latency(shape, links, params)
+        return _latency(shape, links, params, seg_bytes)
     op = shape.cls.split(":")[1]
     return max(sum(call_seconds(op, sm, mult * seg_bytes, 1, params, links) for sm, mult in seq)
                for seq in shape.calls) - params.launch
 
 
-def _latency(shape: _Shape, links: LinkModel, params: CostParams) -> float:
+def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: float) -> float:
     if shape.shm:
         return 2 * params.shm_barrier if shape.unit else 0.0
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)
-    return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))
+    hops = shape.hops
+    if not shape.ring and 0 < shape.widest * seg_bytes <= params.tiny_bytes:  # gathered up a tree, sent back down
+        hops = min(hops, 2 * math.ceil(math.log2(shape.widest)))
+    return hops * (worst + (params.ring_step if shape.ring else 0.0))
 
 
 @dataclass
