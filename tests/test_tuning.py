@@ -200,10 +200,13 @@ def _world_tiny_edge(rank: int, world: int, tiny_bytes: int) -> None:
     assert torch.allclose(x, torch.full((3,), (world - 1) / 2))
 
 
-def test_tiny_calls_at_the_frames_edge() -> None:
+@pytest.mark.parametrize("spec", ["1x2", "1x3", "2x2"])
+def test_tiny_calls_at_the_frames_edge(spec: str) -> None:
+    """Two members exchange their frames, more go up and down a tree (odd: the root's extra frame)."""
     from hocc.executor import load
 
-    run_world(4, _world_tiny_edge, int(load().TINY_BYTES), env=hocc_env("2x2", "shm"), timeout_s=300)
+    world = parse_spec(spec).world_size
+    run_world(world, _world_tiny_edge, int(load().TINY_BYTES), env=hocc_env(spec, "shm"), timeout_s=300)
 
 
 def test_pick_settings_fix_the_depth() -> None:

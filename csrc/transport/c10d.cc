@@ -57,7 +57,7 @@ class C10dComm final : public Comm {
       const size_t bytes = count * dtype_size(t);
       if (tiny(bytes)) {
         tiny_gather(src, bytes);
-        if (me == root()) reduce_held(bytes, count, t, op, lane);
+        if (holds_all()) reduce_held(bytes, count, t, op, lane);
         tiny_broadcast(bytes);
         copy_in(mine_.data, dst, count, t, lane);
         return;
@@ -82,7 +82,7 @@ class C10dComm final : public Comm {
       const size_t es = dtype_size(t), in = size_t(n) * seg * es;
       if (tiny(in)) {  // the root reduces every segment; each member keeps its own
         tiny_gather(src, in);
-        if (me == root()) reduce_held(in, size_t(n) * seg, t, op, lane);
+        if (holds_all()) reduce_held(in, size_t(n) * seg, t, op, lane);
         tiny_broadcast(in);
         copy_in(mine_.data + size_t(me) * seg * es, out, seg, t, lane);
         return;
@@ -233,9 +233,11 @@ class C10dComm final : public Comm {
   // the root first sends member 0 a frame of its own), and the mismatch is
   // seen at once, as with the ring's check. (Bruck's all-gather, which this
   // replaces, takes ceil(log2 n) steps but n ceil(log2 n) messages: on 8
-  // ranks sharing 2 cores, 2.3x gloo's time.)
+  // ranks sharing 2 cores, 2.3x gloo's time.) Two members exchange their
+  // frames at once instead: the tree's two messages, in one step.
   bool tiny(size_t bytes) const { return device_.is_cpu() && n > 1 && size_t(n) * bytes <= kTinyBytes; }
   int root() const { return n - 1; }
+  bool holds_all() const { return n == 2 || me == root(); }  // after tiny_gather
   static int lowbit(int x) { return x & -x; }
   // the members in member j's subtree: [j - subtree(j) + 1, j]
   int subtree(int j) const { return j == root() ? n : std::min(lowbit(root() - j), j + 1); }
@@ -253,12 +255,19 @@ class C10dComm final : public Comm {
     if (call) compare(from, role.c_str(), f.id);
   }
   // After tiny_gather, the root's mine_.data holds member q's input at q x len (and every member
-  // the inputs of its subtree there)
+  // the inputs of its subtree there; with two members, both hold both)
   void tiny_gather(const char* src, size_t len) {
     check_usable();
     mine_.id = call ? *call : CallId{};
     std::memcpy(mine_.data + size_t(me) * len, src, len);
     std::vector<at::Tensor> s{bytes(&mine_)};
+    if (n == 2) {  // exactly the call check's exchange with the ring neighbour
+      auto w = post("a tiny call", [&] { return pg_->send(s, next(), kCheckTag); });
+      take(theirs_, prev(), " (the ring predecessor)");
+      finish(w, "a tiny call", "sending to " + who(next()));
+      std::memcpy(mine_.data + size_t(prev()) * len, theirs_.data + size_t(prev()) * len, len);
+      return;
+    }
     if (n % 2 && me == root()) {  // member 0's ring predecessor is not its tree neighbour: a frame of its own
       auto w = post("a tiny call", [&] { return pg_->send(s, 0, kCheckTag); });
       finish(w, "a tiny call", "sending to " + who(0));
@@ -279,6 +288,10 @@ class C10dComm final : public Comm {
   }
   // the root's mine_.data[0, len) to every member's
   void tiny_broadcast(size_t len) {
+    if (n == 2) {
+      if (call) agreed_ = call->seq;
+      return;
+    }
     if (me != root()) {
       take(theirs_, me + lowbit(root() - me), " (a tiny call's tree parent)");
       std::memcpy(mine_.data, theirs_.data, len);
