@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An emulated multi-host cluster on one machine (TESTBED.md), running hocc-bench.
+"""An emulated multi-host cluster on one machine (docs/testbed.md), running hocc-bench.
 
 One network namespace per emulated host; the ranks of a host share it and talk
 over its loopback (unshaped). Each host has a veth into a Linux bridge (one

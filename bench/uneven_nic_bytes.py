@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-host NIC bytes of HO-Ring's plans on unequal hosts, counted from the
 plans (hocc.plan.simulate.nic_traffic, after the simulator has proved each
-plan), next to HO-RING.md's formulas. Writes bench/results/uneven-nic-bytes.md.
+plan), next to docs/algorithms.md's formulas. Writes bench/results/uneven-nic-bytes.md.
 
     PYTHONPATH=. python bench/uneven_nic_bytes.py [--out bench/results/uneven-nic-bytes.md]
 """

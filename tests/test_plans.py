@@ -113,7 +113,7 @@ def test_plan_json_roundtrip() -> None:
 
 
 def test_inter_host_bytes_match_the_design() -> None:
-    """HO-RING.md: per host, inter-host bytes 2(N-1)/N*S for ho_ring all-reduce
+    """docs/algorithms.md: per host, inter-host bytes 2(N-1)/N*S for ho_ring all-reduce
     against 2(W-1)/W*S for the flat ring."""
     topo = parse_spec("2x4")
     places = _Places(topo)

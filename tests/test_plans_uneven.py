@@ -2,7 +2,7 @@
 ho_ring_uneven_rsag.py for reduce_scatter / all_gather), proved by the
 symbolic simulator: random host sizes 1-9 over 2-6 hosts, one or several
 switches of unequal host counts, random sub-groups, counts from 0 to primes;
-each host's NIC bytes against HO-RING.md's 2(N-1)/N * S (all_reduce) and
+each host's NIC bytes against docs/algorithms.md's 2(N-1)/N * S (all_reduce) and
 against the least any plan can, (W - G_min)/W * S (the others); the
 several-groups rule of types.py and its one-group-per-rank rewrite; the
 planner's use of it."""
@@ -73,7 +73,7 @@ def test_random_unequal_hierarchies(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(60))
 def test_nic_bytes_per_host_match_the_design(seed: int) -> None:
-    """HO-RING.md's byte counts, whatever the sizes: with one switch every host
+    """docs/algorithms.md's byte counts, whatever the sizes: with one switch every host
     sends 2(N-1)/N of the (padded) buffer S across its NIC; over M switches a
     host among k under its switch sends 2(k-1)/k * S inside the switch and
     2(M-1)/M * S/k across, so every trunk carries 2(M-1)/M * S."""

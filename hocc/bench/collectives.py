@@ -1,6 +1,6 @@
 """One entry per collective, as nccl-tests has one file each: how a size maps
 to per-rank counts, the input data, the expected result, and the bus-bandwidth
-factor (HO-RING.md)."""
+factor (docs/algorithms.md)."""
 
 from __future__ import annotations
 

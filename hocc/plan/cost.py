@@ -484,7 +484,7 @@ def ring_volume(collective: str, n: int, count: int) -> tuple[float, int]:
 
 
 def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
-    """The least time the shaped links allow (HO-RING.md's byte counts): over N
+    """The least time the shaped links allow (docs/algorithms.md's byte counts): over N
     > 1 hosts, each host NIC carries 2(N-1)/N * S for all-reduce, else
     (N-1)/N * S; over M > 1 switches, each trunk carries the same with M. A host's bytes
     spread over its NICs.

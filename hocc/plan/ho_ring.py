@@ -1,4 +1,4 @@
-"""`ho_ring`: the hierarchical overlapping ring (PaRO-CC), HO-RING.md.
+"""`ho_ring`: the hierarchical overlapping ring (PaRO-CC), docs/algorithms.md.
 
 On a grid of levels host (0), switch (1), cluster (2), with the buffer cut into
 K chunks that run as a pipeline (stage s of chunk k+1 overlaps stage s+1 of

@@ -1,6 +1,6 @@
 """`ho_ring` all-reduce on any placement: hosts of unequal size, switches with
-unequal host counts, groups that take part of a host (HO-RING.md, "Beyond
-uniform hosts").
+unequal host counts, groups that take part of a host (docs/algorithms.md, "HO-Ring on
+unequal hosts and sub-groups").
 
 Each host cuts the chunk into as many equal parts as it has ranks (host
 reduce-scatter: rank i of a host ends with part i, summed over the host). The

@@ -26,7 +26,7 @@ class Link:
 
 @dataclass(frozen=True)
 class LinkModel:
-    """Per-tier links. Defaults match the CPU testbed (TESTBED.md): loopback at
+    """Per-tier links. Defaults match the CPU testbed (docs/testbed.md): loopback at
     about 2.5 Gbit/s shared by a host's ranks, 200 Mbit/s host NICs, a trunk
     oversubscribed 4:1 relative to the NICs below it. Latencies are what one
     ring hop costs there with 8 ranks on 2 cores (about 0.5 ms: gloo at 64 KiB,
