@@ -119,3 +119,10 @@ def test_tiny_native_steps_pay_a_trees_hops() -> None:
     assert at_edge == pytest.approx(6e-3, rel=1e-3) and beyond == pytest.approx(14e-3, rel=1e-3)
     gathered = predict(build_native("all_gather", 8, edge, "host"), topo, 4, params)
     assert gathered == pytest.approx(6e-3, rel=1e-3)  # a ring all-gather would be 7 hops
+    # reduce_scatter gathers whole inputs (n segments each): tiny only up to room / n^2
+    rs_edge = int(params.tiny_bytes) // (8 * 8 * 4)
+    assert predict(build_native("reduce_scatter", 8, rs_edge, "host"), topo, 4, params) == pytest.approx(6e-3)
+    assert predict(build_native("reduce_scatter", 8, rs_edge + 1, "host"), topo, 4, params) == pytest.approx(7e-3)
+    # two members swap their frames in one step
+    two = parse_spec("2@host_latency=1ms,host=8000gbit")
+    assert predict(build_native("all_reduce", 2, 1, "host"), two, 4, params) == pytest.approx(1e-3)

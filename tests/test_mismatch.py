@@ -8,6 +8,7 @@ in one world; a crash of any process fails the test (run_world)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -148,29 +149,28 @@ def test_mismatched_calls_raise_on_every_rank() -> None:
     run_world(4, _body, env=hocc_env("2x2", "shm"), timeout_s=180)
 
 
-def _tiny_tree(rank: int, world: int, cases: list[tuple[int, bool]]) -> None:
-    """A tiny call runs over a tree, a call that is not tiny starts with its ring check: whichever rank
-    is in the other kind of call, in either direction, some rank must see the mismatch at once, long
-    before the group's timeout (ranks already inside gloo's own all-reduce wait for that timeout)."""
+def _tiny_tree(rank: int, world: int, splits: list[tuple[int, ...]]) -> None:
+    """A tiny call runs over a tree, a call that is not tiny starts with its ring check: however the
+    ranks split between the two, some rank must see the mismatch at once, long before the group's
+    timeout (ranks already inside gloo's own all-reduce wait for that timeout)."""
     hocc.configure(check="comm")
-    for odd, odd_is_tiny in cases:
+    for big in splits:
         dist.barrier()
-        group = dist.new_group(list(range(world)), timeout=timedelta(seconds=3 * TIMEOUT_S))
-        tiny = (rank == odd) == odd_is_tiny
+        group = dist.new_group(list(range(world)), timeout=timedelta(seconds=2 * TIMEOUT_S))
         t0 = time.monotonic()
         with pytest.raises(hocc.CollectiveError) as info:
-            _ar(group, torch.ones(1 if tiny else 1000), algo="native")
+            _ar(group, torch.ones(1000 if rank in big else 1), algo="native")
         took = time.monotonic() - t0
         seen = isinstance(info.value, hocc.CallMismatchError)
-        assert not seen or took < TIMEOUT_S, f"odd rank {odd} (tiny: {odd_is_tiny}): seen after {took:.1f} s"
+        assert not seen or took < TIMEOUT_S, f"ranks {big} in the big call: seen after {took:.1f} s"
         every: list[object] = [None] * world
         dist.all_gather_object(every, seen)
-        assert any(every), f"odd rank {odd} (tiny: {odd_is_tiny}): no rank saw the mismatch: {info.value}"
+        assert any(every), f"ranks {big} in the big call: no rank saw the mismatch: {info.value}"
 
 
 @pytest.mark.parametrize("world", [3, 4])
 def test_tiny_against_big_is_seen_at_once(world: int) -> None:
-    """The odd rank at every position, in either kind of call (4 ranks: the tiny one; the big one is
-    _tiny_big above), on an odd world (the root's own frame to member 0) and an even one."""
-    cases = [(odd, tiny) for odd in range(world) for tiny in (True, False) if world % 2 or tiny]
-    run_world(world, _tiny_tree, cases, env=hocc_env(f"1x{world}", "net"), timeout_s=400)
+    """Every split of the ranks between a tiny call and a big one (a host's ranks against the other's,
+    alternate ranks, a single rank at every position), on an odd world and an even one."""
+    splits = [big for k in range(1, world) for big in itertools.combinations(range(world), k)]
+    run_world(world, _tiny_tree, splits, env=hocc_env(f"1x{world}", "net"), timeout_s=400)

@@ -19,7 +19,8 @@ from tests.test_executor_matrix import expected
 
 TOPOLOGIES = ("8", "2x4", "4x2", "2x2x2", "2x4:scattered", "3+5", "1+7", "2+3+3", "2x3", "5")
 COUNTS = (1, 2, 3, 7, 8, 31, 64, 1000, 4099, 65537)
-VARIANTS = (("native", None), ("ring", None), ("ho_ring", 1), ("ho_ring", 2), ("ho_ring", 4), ("ho_ring", 8))
+VARIANTS = (("native", None), ("ring", None), ("ho_ring", None), ("ho_ring", 1), ("ho_ring", 2), ("ho_ring", 4),
+            ("ho_ring", 8))
 
 
 def structure(p: Plan) -> tuple[object, ...]:
@@ -34,7 +35,7 @@ def test_a_scaled_unit_is_the_builders_plan(spec: str) -> None:
     scaled = 0
     for coll, (algo, k), ring_ops in itertools.product(("all_reduce", "reduce_scatter", "all_gather"), VARIANTS,
                                                        ((), ("all_reduce",))):
-        cfg = PlannerConfig(chunks=k, ring_ops=ring_ops, host_impl="shm" if ring_ops else "")
+        cfg = PlannerConfig(chunks=k, ring_ops=ring_ops, host_impl="shm" if ring_ops else "", min_chunk_bytes=1024)
         for n in COUNTS:
             want = make_plan(coll, n, 4, topo, algo, cfg)
             got = cache.get(coll, n, 4, algo, cfg)
@@ -43,6 +44,17 @@ def test_a_scaled_unit_is_the_builders_plan(spec: str) -> None:
             assert got.native.work_elems == want.layout.size and got.native.chunks == want.chunks
             scaled += got.native.scale > 1
     assert scaled > 100  # the sizes really went through scaling
+
+
+def test_ho_ring_with_or_without_k_hashes_alike() -> None:
+    """The model's K for a size goes through that K's unit: the same plan, the same call-check hash."""
+    topo = parse_spec("2x4")
+    cache = PlanCache(topo)
+    n = 4 << 20
+    free = cache.get("all_reduce", n, 4, "ho_ring", PlannerConfig())
+    k = free.plan.chunks
+    fixed = cache.get("all_reduce", n, 4, "ho_ring", PlannerConfig(chunks=k))
+    assert k > 1 and free.hash == fixed.hash and structure(free.plan) == structure(fixed.plan)
 
 
 @pytest.mark.parametrize("spec", ("2x4", "3+5", "2x2x2"))

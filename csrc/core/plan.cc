@@ -28,6 +28,13 @@ const RankSteps& Plan::for_rank(int rank) const {
   return body_->by_rank.emplace(rank, std::move(lanes)).first->second;
 }
 
+void Plan::add_step(Step s) {
+  std::lock_guard<std::mutex> lk(body_->mu);
+  if (!body_->by_rank.empty() || body_.use_count() > 1)
+    throw Error("hocc: a plan takes steps only while it is built (its copies and compiled parts share them)");
+  body_->steps.push_back(std::move(s));
+}
+
 Plan Plan::scaled(size_t factor, size_t block_elems, WorkAt where, bool pack_input) const {
   if (!factor) throw Error("hocc: a plan scales by a factor of at least 1");
   Plan p = *this;

@@ -78,7 +78,7 @@ struct Plan {
   size_t scale = 1;
   int chunks() const { return layout.chunks; }
   const std::vector<Step>& steps() const { return body_->steps; }
-  void add_step(Step s) { body_->steps.push_back(std::move(s)); }
+  void add_step(Step s);  // while the plan is built: its copies and compiled parts share the steps
   // rank's part (checked: every step inside the plan, each stage in chunk
   // order), computed at its first run and kept: a plan is cached and run many
   // times, by one rank (an engine) or by every rank's thread (in-process)

@@ -220,21 +220,18 @@ class C10dComm final : public Comm {
 
   // Tiny calls. On CPU, a collective whose members' inputs all fit in one
   // frame (n x `bytes` <= kTinyBytes) runs as frames alone, over a binomial
-  // tree rooted at the last member: the inputs are gathered up the tree, the
-  // root reduces them in member order, and the result goes back down. That is
-  // 2(n-1) messages in 2 ceil(log2 n) steps: as many messages as gloo's own
-  // all-reduce of one element, which runs them one after another. Every frame
-  // carries the CallId and is compared where it lands, so the check costs no
-  // message of its own. A member in a call that is not tiny sends its check
-  // frame to its ring successor and waits for its predecessor's: the tree is
-  // laid out so that one of those two frames always meets a receive of the
-  // tree that does not wait on that member (member j's parent is j + lowbit of
-  // n-1-j, so either j's parent is j+1 or j is the parent of j-1; with n odd,
-  // the root first sends member 0 a frame of its own), and the mismatch is
-  // seen at once, as with the ring's check. (Bruck's all-gather, which this
-  // replaces, takes ceil(log2 n) steps but n ceil(log2 n) messages: on 8
-  // ranks sharing 2 cores, 2.3x gloo's time.) Two members exchange their
-  // frames at once instead: the tree's two messages, in one step.
+  // tree rooted at the last member (member j's parent: j + lowbit(n-1-j)):
+  // the inputs are gathered up the tree, the root reduces them in member
+  // order, and the result goes back down, in 2 ceil(log2 n) steps. Every
+  // frame carries the CallId and is compared where it lands, so the check
+  // costs no round of its own; the check's ring edges that the tree lacks
+  // get a frame each (tiny_gather), so a member in a call that is not tiny
+  // is seen at once, however the group is split between the two kinds of
+  // call. 2(n-1) + about n/2 messages: on 8 ranks 18, against 24 for Bruck's
+  // all-gather (which this replaces: ceil(log2 n) steps, but with 8 ranks
+  // sharing 2 cores each message is a wake-up; 2.3x gloo's time there) and
+  // 14 for gloo's all-reduce of one element, which sends them one after
+  // another. Two members exchange their frames at once: one step.
   bool tiny(size_t bytes) const { return device_.is_cpu() && n > 1 && size_t(n) * bytes <= kTinyBytes; }
   int root() const { return n - 1; }
   bool holds_all() const { return n == 2 || me == root(); }  // after tiny_gather
@@ -268,20 +265,31 @@ class C10dComm final : public Comm {
       std::memcpy(mine_.data + size_t(prev()) * len, theirs_.data + size_t(prev()) * len, len);
       return;
     }
-    if (n % 2 && me == root()) {  // member 0's ring predecessor is not its tree neighbour: a frame of its own
-      auto w = post("a tiny call", [&] { return pg_->send(s, 0, kCheckTag); });
-      finish(w, "a tiny call", "sending to " + who(0));
+    // The ring check's edges ride along: every member's first receive is its predecessor's frame (a
+    // member with children: its first child's gather frame; a leaf: a frame of the predecessor's own),
+    // and a member whose parent is not its successor sends that successor such a frame at once. So a
+    // member in a call that is not tiny meets, at every edge between it and a tiny one, a frame that
+    // waits on nobody: any split of the group between the two kinds of call is seen at once.
+    const int parent = me == root() ? -1 : me + lowbit(root() - me);
+    if (parent != next()) {
+      ring_.id = mine_.id;
+      std::vector<at::Tensor> rs{bytes(&ring_)};
+      ring_send_ = post("a tiny call", [&] { return pg_->send(rs, next(), kCheckTag); });
     }
-    if (n % 2 && me == 0) take(theirs_, root(), " (the ring predecessor)");
     const int reach = subtree(me);
-    for (int d = 1; d < reach; d *= 2) {
+    if (reach == 1) {  // a leaf: its gather frame leaves at once, then it takes its predecessor's frame
+      auto w = post("a tiny call", [&] { return pg_->send(s, parent, kCheckTag); });
+      take(theirs_, prev(), " (the ring predecessor)");
+      finish(w, "a tiny call", "sending to " + who(parent));
+      return;
+    }
+    for (int d = 1; d < reach; d *= 2) {  // d = 1 first: the predecessor
       const int kid = me - d;
       take(theirs_, kid, kid == prev() ? " (the ring predecessor)" : " (a tiny call's tree child)");
       const int lo = kid - subtree(kid) + 1;
       std::memcpy(mine_.data + size_t(lo) * len, theirs_.data + size_t(lo) * len, size_t(kid - lo + 1) * len);
     }
-    if (me != root()) {
-      const int parent = me + lowbit(root() - me);
+    if (parent >= 0) {
       auto w = post("a tiny call", [&] { return pg_->send(s, parent, kCheckTag); });
       finish(w, "a tiny call", "sending to " + who(parent));
     }
@@ -303,6 +311,7 @@ class C10dComm final : public Comm {
       sent.push_back(post("a tiny call", [&] { return pg_->send(s, kid, kCheckTag); }));
     }
     for (size_t i = 0; i < sent.size(); ++i) finish(sent[i], "a tiny call", "sending to " + who(me - (1 << i)));
+    finish(ring_send_, "a tiny call", "sending to " + who(next()) + " (the ring successor)");
     if (call) agreed_ = call->seq;
   }
 
@@ -368,6 +377,8 @@ class C10dComm final : public Comm {
   const c10::Device device_;
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with the predecessor
   Frame mine_, theirs_;  // the call check's buffers, and a tiny call's
+  Frame ring_;           // a tiny call's frame to the ring successor where that is not its tree parent
+  c10::intrusive_ptr<c10d::Work> ring_send_;
   c10::intrusive_ptr<c10d::Work> hs_, hr_;
   std::mutex mu_;
   std::string aborted_;

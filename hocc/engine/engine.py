@@ -204,7 +204,7 @@ class Engine:
                     self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
                 trial.tuner.measured(trial, took())
         except Exception as e:
-            raise self._fail(call, entry.plan, e) from e
+            raise self._fail(call, entry.groups, e) from e  # the unit's steps name the same stages
         finally:
             self.watchdog.end()
             if trial is not None and trial.last:

@@ -8,8 +8,10 @@ settings, K) is built, routed both ways, converted and hashed once; a new
 size scales the unit's C++ form (sharing its steps) and hashes the unit's
 hash with the count. No plan is built on the call's path and the Python plan
 is built only when read (hocc.plan_for, last_plan, a failure's message, the
-flight recorder's dump). HO-Ring whose K the model picks per size, and
-count 0, take the planner's path (make_plan)."""
+flight recorder's dump). HO-Ring named without a K gets the model's K for
+the size, then that K's unit; count 0 and HO-Ring that cannot run on the
+topology take the planner's path (make_plan). So HO-Ring asked for with or
+without a K hashes alike where the plans are alike."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 from hocc.engine.agreement import plan_hash
 from hocc.executor.plans import to_native
 from hocc.plan.buffers import is_identity, route_as
-from hocc.plan.planner import PlannerConfig, make_plan, predicted
+from hocc.plan.planner import PlannerConfig, make_plan, predict_ho_ring, predicted
 from hocc.plan.shapes import build_unit, chunks_for, factor, scale, scaled_layout
 from hocc.plan.types import Plan
 from hocc.topology import Topology
@@ -119,6 +121,10 @@ class PlanCache:
         return entry
 
     def _make(self, collective: str, count: int, elem_size: int, algo: str, settings: PlannerConfig) -> Compiled:
+        if algo == "ho_ring" and settings.chunks is None and count:  # K for this size by the model, then its unit
+            pred = predict_ho_ring(collective, self.topology, count, elem_size, settings)
+            if pred is not None:
+                settings = replace(settings, chunks=pred.chunks)
         unit = self._unit(collective, count, algo, settings) if count else None
         if unit is None:  # the planner's path
             return Compiled.of(make_plan(collective, count, elem_size, self.topology, algo, settings))

@@ -328,10 +328,19 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)
-    hops = shape.hops
-    if not shape.ring and 0 < shape.widest * seg_bytes <= params.tiny_bytes:  # gathered up a tree, sent back down
-        hops = min(hops, 2 * math.ceil(math.log2(shape.widest)))
-    return hops * (worst + (params.ring_step if shape.ring else 0.0))
+    if _is_tiny(shape, seg_bytes, params):  # up a tree of frames and down (csrc/transport/c10d.cc); two swap at once
+        return (1 if shape.widest == 2 else 2 * math.ceil(math.log2(shape.widest))) * worst
+    return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))
+
+
+def _is_tiny(shape: _Shape, seg_bytes: float, params: CostParams) -> bool:
+    """A native step on the CPU transport's tiny path: every member's input (reduce_scatter's is n
+    segments) in one frame, one group per rank (the ring's chain is one ring's hops)."""
+    n = shape.widest
+    if shape.ring or n < 2 or shape.hops != (2 * (n - 1) if shape.cls.endswith("all_reduce") else n - 1):
+        return False
+    inputs = n * n * seg_bytes if shape.cls.endswith("reduce_scatter") else n * seg_bytes
+    return inputs <= params.tiny_bytes
 
 
 @dataclass
