@@ -11,6 +11,7 @@ world."""
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import pytest
 import torch
@@ -76,7 +77,7 @@ def test_every_plan_matches_torch(world: int) -> None:
         cfg = PlannerConfig(chunks=k, ring_ops=ring_ops, min_chunk_bytes=1)
         for n, dtype in itertools.product(COUNTS, DTYPES):
             for op in ops_for(dtype):
-                seed = hash((spec, algo, k, n, str(dtype), op)) & 0xFFFF
+                seed = zlib.crc32(repr((spec, algo, k, n, str(dtype), op)).encode()) & 0xFFFF  # the same every run
                 what = f"{spec} {algo} K={k} n={n} {dtype} {op}"
                 xs = inputs(world, n, dtype, op, seed)
                 want = expected(op, xs)
