@@ -37,10 +37,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hocc tests bench examples
 	$(VENV)/bin/mypy
 
-# a minute or two: the executor matrix on the in-process transport (world
-# sizes 1-9, counts 0, 1 and primes, in and out of place, tiny chunks)
+# under two minutes, every layer: plans, cost model and planner, the executor matrix on the
+# in-process transport (world sizes 1-5), a few small multi-process worlds through the engine and
+# the backend, the API's errors (tests marked slow, root or gpu are left to `make test`)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q tests/test_executor_matrix.py
+	$(PY) -m pytest -q -m "not slow and not root and not gpu" --durations=10 tests
 
 test: $(STAMP) lint
 	$(PY) -m hocc.executor

@@ -74,6 +74,7 @@ def _training_body(rank: int, world: int) -> None:
     _same(on_hocc, ref, "FSDP2 on hocc against DDP on gloo")
 
 
+@pytest.mark.slow
 def test_ddp_fsdp_and_hook_train_like_gloo() -> None:
     run_world(4, _training_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
 
@@ -216,6 +217,7 @@ def _groups_body(rank: int, world: int) -> None:
     assert hocc.last_plan(mixed) is before, "CPU tensors of a cpu:gloo group went through hocc"
 
 
+@pytest.mark.slow
 def test_subgroups_and_device_mesh() -> None:
     run_world(4, _groups_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
 

@@ -66,5 +66,6 @@ def _barrier_body(rank: int, world: int) -> None:
     assert torch.equal(x, torch.full((5,), float(sum(range(world)))))
 
 
+@pytest.mark.slow
 def test_barrier_a_member_never_reaches() -> None:
     run_world(3, _barrier_body, backend="hocc", timeout_s=60)

@@ -128,6 +128,7 @@ def _busy_rank_bench(rank: int, world: int, out: str) -> None:
     assert hocc is not None
 
 
+@pytest.mark.slow
 def test_skew_names_the_late_rank(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     run_world(3, _busy_rank_bench, str(out), env={"HOCC_TOPOLOGY": "3"})
@@ -155,6 +156,7 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not _is_root(), reason="the emulated cluster needs root (network namespaces, tc)")
 def test_cluster_setup_and_teardown() -> None:
     sys.path.insert(0, str(ROOT / "bench"))

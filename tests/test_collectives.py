@@ -29,6 +29,7 @@ def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
 
 # (topology, forced K, host transport, shm piece bytes): small pieces make small
 # tensors stream through the segment in many pieces, as large ones do
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,chunks,transport,piece", [
     ("2x4", "3", "net", ""), ("2x4", "2", "shm", "4096"), ("4x2", "", "net", ""), ("2x4:scattered", "2", "shm", ""),
     ("2x2x2", "2", "net", ""), ("3+5", "", "shm", ""), ("8", "", "shm", "4096"), ("8", "", "net", ""),
@@ -55,6 +56,7 @@ def _subgroups_body(rank: int, world: int) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_subgroups() -> None:
     run_world(8, _subgroups_body, env={"HOCC_TOPOLOGY": "2x4", "HOCC_CHUNKS": "2"})
 
@@ -89,6 +91,7 @@ def check_held_memory(rank: int, world: int) -> None:
     assert eng.transport.held_bytes <= big // 2, eng.transport.held_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["2x2", "4", "4x1"])
 def test_four_ranks(spec: str) -> None:
     # 2x2 also in trace mode: every step from one thread in wavefront order, the GPU's path (Executor::

@@ -41,6 +41,7 @@ def _body(rank: int, world: int, transport: str, full: bool) -> None:
     assert check_all(rank, world, **kw) > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,chunks,transport,piece", [
     ("1+7", "3", "net", ""), ("2+3+3", "2", "shm", "4096"), ("4+4+3", "", "shm", ""),
 ])
@@ -49,6 +50,7 @@ def test_unequal_hosts(spec: str, chunks: str, transport: str, piece: str) -> No
     run_world(world, _body, transport, True, env=hocc_env(spec, transport, chunks, piece))
 
 
+@pytest.mark.slow
 def test_three_levels_unequal_switches(tmp_path: Path) -> None:
     """Switch 0 holds hosts of 3 and 2 ranks, switch 1 one host of 3; ranks numbered out of host order."""
     hosts = [{"name": "a", "switch": "s0", "ranks": [0, 4, 7]}, {"name": "b", "switch": "s0", "ranks": [1, 5]},
@@ -69,6 +71,7 @@ def _subgroup_body(rank: int, world: int) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_unequal_subgroup() -> None:
     run_world(8, _subgroup_body, env=hocc_env("2x4", "shm", "2"))
 

@@ -137,5 +137,6 @@ def _body(rank: int, world: int) -> None:
     np.testing.assert_array_equal(x, np.full(3, world * (world + 1) / 2, np.float32))
 
 
+@pytest.mark.slow
 def test_numpy_arrays_in_the_drop_in_calls() -> None:
     run_world(3, _body, env={"HOCC_TOPOLOGY": "3"})

@@ -1,4 +1,4 @@
-"""The executor matrix (`make test-fast`): every algorithm's plan, run by the
+"""The executor matrix (world sizes 1-5 in `make test-fast`): every algorithm's plan, run by the
 C++ executor with all ranks as threads of this process (the in-process
 transport), over world sizes 1 to 9, counts 0, 1 and primes, in place and out
 of place, with tiny chunks so that small tensors go through the pipeline.
@@ -68,7 +68,7 @@ def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert torch.allclose(got.double(), want.double(), rtol=tol, atol=tol), f"{what}: {got[:8]} vs {want[:8]}"
 
 
-@pytest.mark.parametrize("world", range(1, 10))
+@pytest.mark.parametrize("world", [*range(1, 6), *(pytest.param(w, marks=pytest.mark.slow) for w in range(6, 10))])
 def test_every_plan_matches_torch(world: int) -> None:
     w = InProcWorld(world, timeout_s=30)
     runs = 0

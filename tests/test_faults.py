@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 try:
@@ -50,6 +52,7 @@ def _bench_lock() -> Iterator[None]:
         yield
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0),
                     reason="cutting an emulated host's link needs root (network namespaces)")
 def test_link_cut_on_the_emulated_cluster() -> None:

@@ -44,6 +44,7 @@ def expected(collective: str, ins: list[torch.Tensor], world: int) -> list[torch
     return [torch.cat(ins)] * world
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("collective", COLLECTIVES)
 @pytest.mark.parametrize(("spec", "algo", "chunks"), CASES)
 def test_a_rank_that_never_joins_makes_the_others_raise(collective: str, spec: str, algo: str,
@@ -88,6 +89,7 @@ def test_a_rank_failing_in_its_own_code_makes_the_others_raise_at_once(spec: str
     assert all(torch.equal(o, expected("all_reduce", ins, world)[0]) for o in outs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_a_slow_rank_is_not_named_for_the_absent_one(collective: str) -> None:
     """A rank that has begun the call but is slow to reach its first wait (a loaded machine) ends

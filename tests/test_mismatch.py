@@ -20,6 +20,8 @@ import torch.distributed as dist
 import hocc
 from tests.worlds import hocc_env, run_world
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 3.0
 ODD = 3  # the rank that differs
 

@@ -121,6 +121,7 @@ def _inproc_body(rank: int, world: int) -> None:
     assert checked > 100, checked
 
 
+@pytest.mark.slow
 def test_inproc_executor_matches_torch_distributed() -> None:
     run_world(8, _inproc_body, timeout_s=600)
 

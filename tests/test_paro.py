@@ -153,6 +153,7 @@ def _every_strategy(rank: int, world: int) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_every_strategy_matches_ddp_on_2x4() -> None:
     """14 strategies x (SGD, AdamW with two parameter groups), four units each."""
     run_world(8, _every_strategy, env={"HOCC_TOPOLOGY": "2x4"})
@@ -286,6 +287,7 @@ def _needs_and_peak(rank: int, world: int) -> None:
     _peak_memory(rank, world)
 
 
+@pytest.mark.slow
 def test_clip_frozen_buffers_mixed_precision_peak_memory() -> None:
     """One world (starting ranks is much of a test's time): clipping, frozen parameters, buffers, bf16, one
     unit on strided groups; then every strategy's peak memory against the guideline."""

@@ -243,6 +243,7 @@ def _load_on_4(rank: int, world: int, root: str) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_checkpoint_across_strategies_and_world_sizes(tmp_path: Path) -> None:
     """2x4 ranks: IIG -> GGG (by hand with dcp), NNG -> III, NNN -> IGG, III -> NIG (save / load), and
     IIG saved for 2x2 ranks, where NNN, III and NGG load it; then an unwrapped model's state_dict into

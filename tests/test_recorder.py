@@ -82,6 +82,7 @@ def _busy(rank: int, world: int, d: str) -> None:
     assert dist.group.WORLD is not None
 
 
+@pytest.mark.slow
 def test_busy_rank_is_named(tmp_path: Path) -> None:
     env = {"HOCC_TOPOLOGY": "2x2", "HOCC_RECORD_DIR": str(tmp_path)}
     run_world(4, _busy, str(tmp_path), env=env)
@@ -102,6 +103,7 @@ def _stop(rank: int, world: int, d: str) -> None:
     planted_faults.rank_main(rank, world, "stop", d, calls=8, victim=3)
 
 
+@pytest.mark.slow
 def test_stopped_rank_is_named(tmp_path: Path) -> None:
     """Rank 3 stops before call 12 (the 5th loop turn's first call); the others fail at the 3 s timeout, each writing
     its dump before its error is raised (the rank script checks), and the dumps alone name rank 3."""
@@ -152,6 +154,7 @@ def _sigusr1(rank: int, world: int, d: str) -> None:
         assert doc["calls"][0]["state"] == "ok"
 
 
+@pytest.mark.slow
 def test_sigusr1_dumps_a_rank_blocked_in_a_call(tmp_path: Path) -> None:
     run_world(2, _sigusr1, str(tmp_path), env={"HOCC_TOPOLOGY": "2", "HOCC_RECORD_DIR": str(tmp_path)})
 
@@ -161,6 +164,8 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.skipif(not _is_root(), reason="the emulated cluster needs root (network namespaces, tc)")
 def test_slow_nic_is_named(tmp_path: Path) -> None:
     """4 hosts x 2 ranks at 200 Mbit/s, host 2's NIC at 50 Mbit/s: the report names host2's link and the rail
@@ -248,5 +253,6 @@ def _backend_stats(rank: int, world: int) -> None:
         hocc.stats(dist.new_group([0, 1]))
 
 
+@pytest.mark.slow
 def test_backend_exposes_stats() -> None:
     run_world(2, _backend_stats, env={"HOCC_TOPOLOGY": "2"}, backend="hocc")

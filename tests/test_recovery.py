@@ -13,12 +13,15 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 
 import hocc
 from tests.cases import assert_match
 from tests.worlds import hocc_env, run_world
+
+pytestmark = pytest.mark.slow
 
 CYCLES = 20
 WARMUP = 3  # cycles before the baseline: first-use allocations (torch, gloo, plan caches) settle

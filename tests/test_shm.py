@@ -39,6 +39,7 @@ def _two_groups_body(rank: int, world: int) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_two_groups_on_one_host() -> None:
     run_world(8, _two_groups_body, env={"HOCC_TOPOLOGY": "8", "HOCC_HOST_TRANSPORT": "shm",
                                         "HOCC_SHM_PIECE_BYTES": "4096", "HOCC_SHM_WAIT": "hybrid"})
@@ -49,6 +50,7 @@ def _job_body(rank: int, world: int) -> None:
     assert check_all(rank, world, dtypes=SMALL, sizes=(1, 13, 1031, 70001)) > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("waits", [("yield", "sleep")])
 def test_two_jobs_on_one_host_with_other_wait_strategies(waits: tuple[str, str]) -> None:
     """Two 4-rank jobs at the same time on one host: their segments never meet."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SUITE = Path(__file__).parent / "torch_suite"
 
 

@@ -165,6 +165,7 @@ def _world_loads(rank: int, world: int, path: str) -> None:
         assert torch.all(x == world)
 
 
+@pytest.mark.slow
 def test_a_world_tunes_alike_and_a_later_job_loads_it(tmp_path: Path) -> None:
     path = str(tmp_path / "tuning.json")
     env = {**hocc_env("2x2", "shm"), "HOCC_TUNING_FILE": path, "HOCC_TUNE": "1"}
