@@ -52,11 +52,11 @@ import numpy as np
 from hocc.plan.memo import memo
 from hocc.plan.nccl_native import Summary, call_seconds
 from hocc.plan.types import Plan, Step
-from hocc.topology import Topology
+from hocc.topology import TIERS, Topology
 from hocc.topology.links import LinkModel
 
-TIER_RANK = {"host": 0, "nic": 1, "trunk": 2}
-LINK_KINDS = ("host", "nic", "trunk", "shm", "machine")
+TIER_RANK = {t: i for i, t in enumerate(TIERS)}
+LINK_KINDS = (*TIERS, "shm", "machine")
 MACHINE = ("machine", "all")
 
 

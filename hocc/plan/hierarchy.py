@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from hocc.topology import Topology
+from hocc.topology import TIERS, Topology
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,6 @@ def build_grid(topo: Topology) -> Grid | None:
                 full[r] = (g, h, s)
     keep = [i for i, n in enumerate((g_n, h_n, s_n)) if n > 1]
     radices = tuple((g_n, h_n, s_n)[i] for i in keep)
-    tiers = tuple(("host", "nic", "trunk")[i] for i in keep)
+    tiers = tuple(TIERS[i] for i in keep)
     coords = {r: tuple(c[i] for i in keep) for r, c in full.items()}
     return Grid(radices, tiers, coords)

@@ -33,11 +33,10 @@ from itertools import pairwise
 from math import lcm
 
 from hocc.plan.types import GroupSlice, Layout, Plan, Step
-from hocc.topology import Topology
+from hocc.topology import TIERS, Topology
 
 Part = list[tuple[Fraction, Fraction, int]]  # (start, end, owner) in fractions of a chunk, covering [0, 1)
 Interval = tuple[Fraction, Fraction, tuple[int, ...]]  # (start, end, one owner per child, sorted)
-TIERS = ("host", "nic", "trunk")
 MAX_UNIT = 1 << 16  # beyond this common denominator (rare: many odd sizes over 3 levels) padding costs too much
 
 

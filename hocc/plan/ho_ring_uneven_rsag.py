@@ -52,9 +52,7 @@ from math import prod
 from hocc.plan.ho_ring_uneven import in_rounds
 from hocc.plan.simulate import nic_traffic
 from hocc.plan.types import PAD_BLOCK, GroupSlice, Layout, Plan, Step
-from hocc.topology import Topology
-
-TIERS = ("host", "nic", "trunk")
+from hocc.topology import TIERS, Topology
 
 
 def host_passes(fan: int, c: int) -> tuple[int, int]:

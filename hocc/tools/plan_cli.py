@@ -31,7 +31,7 @@ from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
 from hocc.plan.types import COLLECTIVES
-from hocc.topology import FABRICS, Link, Topology, parse_links, parse_spec, uniform, with_nics
+from hocc.topology import FABRICS, TIERS, Link, Topology, parse_links, parse_spec, uniform, with_nics
 from hocc.topology.links import LinkModel
 
 BACKENDS = ("gloo", "nccl")
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--backend nccl one per rank)")
     g.add_argument("--fabric", choices=FABRICS, help="inside a host: one shared link (default) or an NVSwitch "
                    "(each rank its own --host link)")
-    for tier in ("host", "nic", "trunk"):
+    for tier in TIERS:
         g.add_argument(f"--{tier}", help=f"{tier} bandwidth, e.g. 200mbit, 25GB (overrides the spec's)")
         g.add_argument(f"--{tier}-latency", help=f"{tier} latency, e.g. 5us")
     p.add_argument("--backend", choices=BACKENDS, default="gloo",
@@ -80,8 +80,8 @@ def build_topology(a: argparse.Namespace) -> Topology:
         topo = parse_spec(a.topology, base)
     else:
         raise SystemExit("give a topology: a spec such as 2x4, a file, or --hosts N [--ranks-per-host G]")
-    items = [f"{t}={getattr(a, t)}" for t in ("host", "nic", "trunk") if getattr(a, t)]
-    items += [f"{t}_latency={getattr(a, t + '_latency')}" for t in ("host", "nic", "trunk")
+    items = [f"{t}={getattr(a, t)}" for t in TIERS if getattr(a, t)]
+    items += [f"{t}_latency={getattr(a, t + '_latency')}" for t in TIERS
               if getattr(a, t + "_latency")]
     if items:
         cost = topo.cost
