@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import time
 from typing import Any
@@ -24,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import hocc
+from hocc.bench.launch import free_port
 
 WAYS = ("gloo", "hocc-native", "hocc-auto")
 # --record-ab: the same hocc calls on a copy of the world whose engine has the flight recorder off
@@ -120,11 +120,8 @@ def main() -> None:
     p.add_argument("--swap", action="store_true", help="with --record-ab: the recorder on in the copy, off in the "
                                                         "world (to tell the recorder from the group)")
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(a.nprocs, port, a.calls, a.rounds, a.json, a.bytes, a.record_ab, a.swap), nprocs=a.nprocs,
-             join=True)
+    mp.spawn(_rank, args=(a.nprocs, free_port(), a.calls, a.rounds, a.json, a.bytes, a.record_ab, a.swap),
+             nprocs=a.nprocs, join=True)
 
 
 if __name__ == "__main__":

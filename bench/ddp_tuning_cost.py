@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -23,13 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hocc.bench.launch import start_local_ranks
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from hocc.bench.launch import free_port, start_local_ranks
 
 
 def _rank(rank: int, world: int, port: int, steps: int, width: int, out: str, env: dict[str, str]) -> None:
@@ -77,7 +70,7 @@ def main() -> int:
     res = {}
     for name, env in runs.items():
         out = str(tmp / "out.json")
-        start_local_ranks(_rank, (a.nprocs, _free_port(), a.steps, a.width, out, env), a.nprocs)
+        start_local_ranks(_rank, (a.nprocs, free_port(), a.steps, a.width, out, env), a.nprocs)
         res[name] = json.loads(Path(out).read_text())
     base = res["tuning file loaded"]["total_s"]
     print(f"# DDP on the hocc backend, {a.nprocs} local CPU ranks, {a.steps} steps, width {a.width}, "

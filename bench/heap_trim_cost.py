@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hocc.bench.launch import start_local_ranks
+from hocc.bench.launch import free_port, start_local_ranks
 
 MODES = ("off", "on")
 
@@ -99,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    start_local_ranks(_rank, (args.nprocs, port, args, args.json), args.nprocs)
+    start_local_ranks(_rank, (args.nprocs, free_port(), args, args.json), args.nprocs)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
@@ -24,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.bench.launch import free_port
 
 
 def main() -> None:
@@ -32,10 +32,7 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=40, help="blocks per side")
     p.add_argument("--algo", default="native")
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     t = torch.ones(1)
     on_cap = hocc.get_config().record

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
 import sys
 import time
@@ -40,6 +39,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from hocc.bench.launch import free_port
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 ALGOS = ("native", "ring", "ho_ring", "auto")
@@ -335,10 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     parts = args.out / "parts"
     parts.mkdir(exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    mp.spawn(_rank, args=(args.nprocs, port, args, str(parts)), nprocs=args.nprocs, join=True)
+    mp.spawn(_rank, args=(args.nprocs, free_port(), args, str(parts)), nprocs=args.nprocs, join=True)
     rows: list[tuple[int, int, float, float, int, int, float]] = []
     failures: list[str] = []
     for r in range(args.nprocs):

@@ -8,12 +8,11 @@ forkserver that has imported torch (hocc/bench/launch.py)."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from hocc.bench.launch import start_local_ranks
+from hocc.bench.launch import free_port, start_local_ranks
 
 
 def hocc_env(topology: str, host_transport: str, chunks: str = "", shm_piece_bytes: str = "") -> dict[str, str]:
@@ -26,10 +25,6 @@ def hocc_env(topology: str, host_transport: str, chunks: str = "", shm_piece_byt
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _entry(rank: int, world: int, port: int, env: dict[str, str], timeout_s: float, backend: str,

@@ -189,14 +189,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["HOCC_TOPOLOGY"] = a.topology
         parse_spec(a.topology)
     if a.nprocs:
-        import socket
+        from hocc.bench.launch import free_port, start_local_ranks
 
-        from hocc.bench.launch import start_local_ranks
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        start_local_ranks(_spawned, (a.nprocs, port, argv), a.nprocs)
+        start_local_ranks(_spawned, (a.nprocs, free_port(), argv), a.nprocs)
         return
     if "RANK" not in os.environ:
         raise SystemExit("hocc-bench: no RANK in the environment; run it under torchrun, or pass --nprocs N")

@@ -15,6 +15,7 @@ as a spawned one would.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -35,3 +36,10 @@ def start_local_ranks(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int
     (raises, as torch.multiprocessing.spawn does, if one failed)."""
     mp.start_processes(_entry, args=(dict(os.environ), fn, args), nprocs=nprocs, join=True,
                        start_method=START_METHOD)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a local world's MASTER_PORT (the tests', the benchmarks')."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
