@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "core/types.h"
 
@@ -35,6 +36,9 @@ std::string dtype_str(int64_t d) {
 }
 
 }  // namespace
+
+std::vector<std::string> collective_names() { return {std::begin(kCollectives), std::end(kCollectives)}; }
+std::vector<std::string> op_names() { return {std::begin(kOps), std::end(kOps)}; }
 
 CallId make_call_id(uint64_t seq, uint64_t plan, int64_t count, const std::string& collective,
                     const std::string& dtype, const std::string& op, const std::string& algo) {

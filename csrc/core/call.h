@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hocc {
 
@@ -26,6 +27,9 @@ static_assert(sizeof(CallId) == 64, "CallId travels as 64 bytes");
 
 CallId make_call_id(uint64_t seq, uint64_t plan, int64_t count, const std::string& collective,
                     const std::string& dtype, const std::string& op, const std::string& algo);
+// the names a CallId's collective and op codes stand for, by code (Python's agreement reads these)
+std::vector<std::string> collective_names();
+std::vector<std::string> op_names();
 // "all_reduce of 1000 float32 (sum, ho_ring, call 5)"
 std::string describe(const CallId& c);
 // "" when the two agree, else what differs: "count 1017 vs 1000, ..."

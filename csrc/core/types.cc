@@ -37,4 +37,10 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> out;
+  for (int t = int(DType::f32); t <= int(DType::i64); ++t) out.push_back(dtype_name(DType(t)));
+  return out;
+}
+
 }  // namespace hocc

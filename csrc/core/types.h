@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hocc {
 
@@ -27,6 +28,7 @@ inline size_t dtype_size(DType t) {
 DType parse_dtype(const std::string& name);     // "float32", "bfloat16", ...
 RedOp parse_op(const std::string& name);        // "sum", "avg", "product", "min", "max"
 const char* dtype_name(DType t);
+std::vector<std::string> dtype_names();  // every DType's, in code order
 
 // Every failure the library raises; Python sees it as RuntimeError.
 struct Error : std::runtime_error {

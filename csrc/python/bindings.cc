@@ -234,6 +234,11 @@ PYBIND11_MODULE(_C, m) {
         "a Comm over a torch.distributed backend object (ProcessGroupGloo, ProcessGroupNCCL) on `device`");
   // a CPU collective whose members' inputs together fit this runs as call-check frames alone (c10d.cc)
   m.attr("TINY_BYTES") = kTinyBytes;
+  // the names the executor and the call check know, in their codes' order (hocc.engine.agreement,
+  // hocc.engine.dtypes read these rather than keep copies)
+  m.attr("COLLECTIVES") = py::tuple(py::cast(collective_names()));
+  m.attr("OPS") = py::tuple(py::cast(op_names()));
+  m.attr("DTYPES") = py::tuple(py::cast(dtype_names()));
 
   py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process group (transport/group.h)")
       .def(py::init([](int rank, int size, const std::string& device) {

@@ -18,13 +18,14 @@ from typing import Any
 
 import torch
 
-from hocc.engine.dtypes import DTYPES
 from hocc.engine.errors import CallMismatchError
+from hocc.executor import load
 from hocc.plan.types import ALGOS, Plan
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-OPS = ("sum", "avg", "product", "min", "max")
-DTYPE_NAMES = tuple(str(d).removeprefix("torch.") for d in DTYPES)
+# by code, as the executor's call check encodes them (csrc/core/call.cc, types.h): read from it, not copied
+COLLECTIVES: tuple[str, ...] = tuple(load().COLLECTIVES)
+OPS: tuple[str, ...] = tuple(load().OPS)
+DTYPE_NAMES: tuple[str, ...] = tuple(load().DTYPES)
 
 
 def plan_hash(plan: Plan) -> int:

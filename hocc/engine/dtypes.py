@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-DTYPES: tuple[torch.dtype, ...] = (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16,
-    torch.int8, torch.int32, torch.int64, torch.uint8,
-)
+from hocc.executor import load
+
+# what the executor reduces and moves (csrc/core/types.h), by its names
+DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in load().DTYPES)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 OP_NAMES = {
