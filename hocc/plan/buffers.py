@@ -27,8 +27,10 @@ def is_identity(collective: str, lay: Layout, in_order: bool | None = None) -> b
     `in_order`: whether the layout's blocks are in rank order, when known (a
     size-generic plan knows it once for every size)."""
     unpadded = lay.chunks * lay.piece == lay.block_elems
-    if collective == "all_reduce" or not unpadded or lay.chunks != 1:
-        return unpadded and collective == "all_reduce"
+    if collective == "all_reduce":
+        return unpadded
+    if not unpadded or lay.chunks != 1:
+        return False
     return in_order if in_order is not None else lay.order == tuple(range(lay.blocks))
 
 
