@@ -10,10 +10,11 @@ import json
 import pytest
 
 from hocc.plan import CostParams, predict
-from hocc.plan.cost import link_bound, step_load
+from hocc.plan.cost import step_load
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.nccl_native import options, predict_nccl
 from hocc.plan.ring import build_ring
+from hocc.plan.volumes import link_bound
 from hocc.topology import HostInfo, Topology, parse_spec, with_nics
 
 NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)

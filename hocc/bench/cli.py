@@ -20,8 +20,8 @@ from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
 from hocc.config import ALGO_CHOICES, get_config
 from hocc.engine.registry import get_engine
-from hocc.plan.cost import link_bound
 from hocc.plan.policy import settings_meta
+from hocc.plan.volumes import link_bound
 from hocc.topology import Topology, parse_spec
 
 DTYPES = {"float": torch.float32, "float32": torch.float32, "double": torch.float64, "float64": torch.float64,

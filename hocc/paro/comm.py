@@ -22,9 +22,10 @@ from dataclasses import dataclass, field, replace
 
 from hocc.paro.memory import scope_elems
 from hocc.paro.strategy import Collective, Strategy, parse
-from hocc.plan.cost import CostParams, ring_volume
+from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
+from hocc.plan.volumes import ring_volume
 from hocc.topology import Link, Topology
 
 BACKENDS = ("gloo", "nccl")

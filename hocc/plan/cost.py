@@ -478,34 +478,3 @@ def compile_pipeline(chunk_plan: Plan, chunks: int, topo: Topology, elem_size: i
 def predict(plan: Plan, topo: Topology, elem_size: int, params: CostParams | None = None) -> float:
     """Predicted seconds for `plan` on `topo` (the group's topology)."""
     return compile_plan(plan, topo, elem_size).evaluate(topo.links, params or CostParams())
-
-
-def ring_volume(collective: str, n: int, count: int) -> tuple[float, int]:
-    """What each member of a ring over n members sends, in elements, and in how
-    many rounds: all_reduce of `count` elements 2(n-1)/n * count in 2(n-1);
-    reduce_scatter and all_gather of `count`-element segments (n-1) * count in
-    n-1. Alone: nothing."""
-    if n < 2:
-        return 0.0, 0
-    if collective == "all_reduce":
-        return 2 * (n - 1) / n * count, 2 * (n - 1)
-    return float((n - 1) * count), n - 1
-
-
-def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
-    """The least time the shaped links allow (docs/algorithms.md's byte counts): over N
-    > 1 hosts, each host NIC carries 2(N-1)/N * S for all-reduce, else
-    (N-1)/N * S; over M > 1 switches, each trunk carries the same with M. A host's bytes
-    spread over its NICs.
-    `nbytes` is S, the full buffer. None on a single host."""
-    def factor(n: int) -> float:
-        return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
-
-    hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
-    if hosts < 2:
-        return None
-    nics = min(h.nics for h in topo.host_infos())
-    bound = factor(hosts) * nbytes / (topo.links.nic.bandwidth * nics)
-    if switches > 1:
-        bound = max(bound, factor(switches) * nbytes / topo.links.trunk.bandwidth)
-    return bound

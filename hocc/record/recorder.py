@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from hocc.plan.cost import ring_volume
 from hocc.plan.types import Plan
+from hocc.plan.volumes import ring_volume
 
 FORMAT = "hocc-record"
 VERSION = 1
