@@ -67,7 +67,7 @@ def main() -> None:
         "its switch (k hosts there) plus 2(M-1)/M/k across, and each trunk carries 2(M-1)/M (M switches).",
         "",
         "`ho_ring`'s all_gather / reduce_scatter on unequal hosts run padded rails",
-        "(hocc.plan.ho_ring_uneven_rsag): every host is padded to G_max block slots, one rail per slot",
+        "(hocc.plan.ho_ring.rails): every host is padded to G_max block slots, one rail per slot",
         "index over every host, so each host's NIC carries G_max(N-1)/W * S (`padded rails`): the least",
         "possible where every host but the smallest is full (3+5, 4+4+3, 8+8+8+7, 1+7, 2+3+3), more",
         "where not (2+5+8: 1.067 against 0.867 least and the flat ring's 0.933: there auto keeps the",

@@ -18,7 +18,7 @@ def _world_body(rank: int, world: int, spec: str, transport: str) -> None:
     check_list_forms(rank, world)
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         plan = hocc.plan_for(coll, torch.empty(1 << 16), algo="ho_ring")
-        # unequal hosts: all_reduce by intervals (plan/ho_ring_uneven.py), the others by padded rails
+        # unequal hosts: all_reduce by intervals (plan/ho_ring/all_reduce.py), the others by padded rails
         assert plan.algo == "ho_ring", plan.summary()
         assert plan.meta.get("padded", False) == ("+" in spec and coll != "all_reduce"), plan.describe()
         host_impls = {s.impl for s in plan.steps if s.tier == "host"}
@@ -44,7 +44,7 @@ def _subgroups_body(rank: int, world: int) -> None:
     small = (torch.float32, torch.int64, torch.bfloat16)
     if rank in (1, 2, 5, 6):
         plan = hocc.plan_for("all_reduce", torch.empty(1 << 12), group=uniform, algo="ho_ring")
-        assert plan.algo == "ho_ring" and plan.meta["radices"] == [2, 2], plan.describe()
+        assert plan.algo == "ho_ring" and plan.meta["hosts"] == [2, 2] and plan.meta["unit"] == 2, plan.describe()
         check_all(rank, world, group=uniform, dtypes=small)
         check_list_forms(rank, world, group=uniform)
     if rank in (0, 1, 2, 4, 5):

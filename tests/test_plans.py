@@ -13,6 +13,8 @@ from hocc.plan import Plan, PlanError, PlannerConfig, link_bound, make_plan, pre
 from hocc.plan.cost import _Places, step_load
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.ring import build_ring
+from hocc.plan.simulate import nic_traffic
+from hocc.plan.types import PAD_BLOCK
 from hocc.topology import HostInfo, Topology, parse_spec, uniform
 
 COLLS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -132,6 +134,35 @@ def test_inter_host_bytes_match_the_design() -> None:
     nic_rs = sum(step_load(s, 1, topo, places, PlannerConfig().params)[0].get(("nic_out", "host0"), 0.0)
                  for s in rs.steps)
     assert nic_rs == pytest.approx((2 - 1) / 2 * S)
+
+
+@pytest.mark.parametrize("spec", ["2x4", "2x4:scattered", "4x2", "8x1", "3x5", "1x8", "2x2x2", "3x2x4",
+                                  "2x3x2:scattered", "4x1x3"])
+def test_uniform_grids_meet_the_closed_forms(spec: str) -> None:
+    """The one builder on a uniform grid: every host's NIC and every switch's
+    trunk carry exactly docs/algorithms.md's bytes (all_reduce 2(N-1)/N * S and
+    2(M-1)/M * S; the others (N-1)/N and (M-1)/M), one group per rank per step
+    (no rounds), no pad slot, and one stage per tier and direction."""
+    topo = parse_spec(spec)
+    infos = topo.host_infos()
+    host_of, switch_of = {r: h.name for h in infos for r in h.ranks}, {h.name: h.switch for h in infos}
+    n_hosts, n_switches = len(infos), len(set(switch_of.values()))
+    tiers = sum(1 for n in (max(len(h.ranks) for h in infos), n_hosts // n_switches, n_switches) if n > 1)
+    for coll in COLLS:
+        block = 2 * 3 * 4 * 5 * 7  # divides every segment: no padding, exact ring parts
+        plan = build_ho_ring(coll, topo, block, 1)
+        assert plan is not None and PAD_BLOCK not in plan.layout.order
+        simulate(plan)
+        S = block if coll == "all_reduce" else block * topo.world_size
+        f = 2 if coll == "all_reduce" else 1
+        nic, trunk = nic_traffic(plan, host_of, switch_of)
+        if n_hosts > 1:
+            assert set(nic.values()) == {f * (n_hosts - 1) * S // n_hosts}, (coll, nic)
+        if n_switches > 1:
+            assert set(trunk.values()) == {f * (n_switches - 1) * S // n_switches}, (coll, trunk)
+        assert plan.stages == (2 * tiers - 1 if coll == "all_reduce" else tiers), plan.describe()
+        for s in plan.steps:
+            assert sorted(r for g in s.groups for r in g.ranks) == sorted(set(r for g in s.groups for r in g.ranks))
 
 
 def test_flow_sharing_on_one_nic() -> None:

@@ -1,5 +1,5 @@
-"""HO-Ring on unequal hierarchies (hocc/plan/ho_ring_uneven.py, and
-ho_ring_uneven_rsag.py for reduce_scatter / all_gather), proved by the
+"""HO-Ring on unequal hierarchies (hocc/plan/ho_ring/all_reduce.py's intervals,
+and rails.py's padded rails for reduce_scatter / all_gather), proved by the
 symbolic simulator: random host sizes 1-9 over 2-6 hosts, one or several
 switches of unequal host counts, random sub-groups, counts from 0 to primes;
 each host's NIC bytes against docs/algorithms.md's 2(N-1)/N * S (all_reduce) and
@@ -16,9 +16,8 @@ import pytest
 
 from hocc.plan import Plan, PlanError, PlannerConfig, make_plan, simulate
 from hocc.plan.cost import step_load
-from hocc.plan.hierarchy import build_grid
 from hocc.plan.ho_ring import build_ho_ring
-from hocc.plan.ho_ring_uneven import build_ho_ring_uneven, overlay
+from hocc.plan.ho_ring.all_reduce import overlay
 from hocc.plan.planner import choose, predict_all
 from hocc.plan.policy import planner_settings
 from hocc.plan.simulate import nic_traffic
@@ -63,9 +62,6 @@ def test_random_unequal_hierarchies(seed: int) -> None:
     simulate(plan, seed)
     simulate(one_group_per_rank(plan), seed + 1)
     simulate(Plan.from_json(plan.to_json()), seed + 2)
-    hosts = {len(h) for h in topo.host_groups()}
-    if len(hosts) > 1:  # the uniform builder did not take it
-        assert plan.meta.get("uneven"), plan.describe()
     for coll in ("reduce_scatter", "all_gather", "all_reduce"):
         for algo in ("auto", "ho_ring"):
             simulate(make_plan(coll, count, 4, topo, algo, CPU), seed)
@@ -79,7 +75,7 @@ def test_nic_bytes_per_host_match_the_design(seed: int) -> None:
     2(M-1)/M * S/k across, so every trunk carries 2(M-1)/M * S."""
     rng = random.Random(1000 + seed)
     topo = unequal_topology(rng)
-    plan = build_ho_ring_uneven("all_reduce", topo, 10_007, rng.choice([1, 4]))
+    plan = build_ho_ring("all_reduce", topo, 10_007, rng.choice([1, 4]))
     assert plan is not None
     host_of, switch_of = host_maps(topo)
     nic, trunk = nic_traffic(plan, host_of, switch_of)
@@ -97,7 +93,7 @@ def test_nic_bytes_per_host_match_the_design(seed: int) -> None:
 
 def test_known_placements() -> None:
     for spec, intervals in (("3+5", 7), ("1+7", 7), ("2+3+3", 4), ("4+4+3", 6), ("8+8+8+7", 14)):
-        plan = build_ho_ring_uneven("all_reduce", parse_spec(spec), 5003, 4, host_impl="shm")
+        plan = build_ho_ring("all_reduce", parse_spec(spec), 5003, 4, host_impl="shm")
         assert plan is not None
         simulate(plan)
         rail = next(s for s in plan.steps if s.collective == "all_reduce")
@@ -115,7 +111,7 @@ def test_known_placements() -> None:
 def test_three_levels_with_unequal_switches() -> None:
     hosts = [HostInfo("a", "s0", (0, 1, 2)), HostInfo("b", "s0", (3, 4)), HostInfo("c", "s1", (5, 6, 7, 8))]
     topo = Topology(hosts)
-    plan = build_ho_ring_uneven("all_reduce", topo, 999, 2)
+    plan = build_ho_ring("all_reduce", topo, 999, 2)
     assert plan is not None
     assert [s.tier for s in plan.steps if s.chunk == 0] == ["host", "nic", "trunk", "nic", "host"]
     simulate(plan)
@@ -138,7 +134,7 @@ def _rail(plan: Plan) -> int:
 
 
 def test_simulator_rules_for_several_groups() -> None:
-    plan = build_ho_ring_uneven("all_reduce", parse_spec("3+5"), 150, 1)
+    plan = build_ho_ring("all_reduce", parse_spec("3+5"), 150, 1)
     assert plan is not None
     i = _rail(plan)
     rail = plan.steps[i]
@@ -154,7 +150,7 @@ def test_simulator_rules_for_several_groups() -> None:
 
 
 def test_one_group_per_rank_keeps_each_ranks_order() -> None:
-    plan = build_ho_ring_uneven("all_reduce", parse_spec("4+4+3"), 1200, 3)
+    plan = build_ho_ring("all_reduce", parse_spec("4+4+3"), 1200, 3)
     assert plan is not None
     flat = one_group_per_rank(plan)
     assert flat.stages > plan.stages
@@ -172,7 +168,7 @@ def test_planner_uses_it() -> None:
     big = 16 << 20
     topo = parse_spec("3+5@nic=200mbit")
     plan = make_plan("all_reduce", big, 4, topo, "ho_ring", CPU)
-    assert plan.algo == "ho_ring" and plan.meta["uneven"], plan.summary()
+    assert plan.algo == "ho_ring" and plan.meta["hosts"] == [3, 5], plan.summary()
     assert make_plan("all_reduce", big, 4, topo, "auto", CPU).algo == "ho_ring"
     for coll in ("reduce_scatter", "all_gather"):
         p = make_plan(coll, big // 8, 4, topo, "ho_ring", CPU)
@@ -205,14 +201,12 @@ def test_random_unequal_reduce_scatter_and_all_gather(seed: int) -> None:
     that where every host but the smallest is full."""
     rng = random.Random(5000 + seed)
     topo = unequal_topology(rng)
-    if build_grid(topo) is not None:
-        return  # uniform: hocc.plan.ho_ring's grid plan, tests/test_plans.py
     count, chunks = rng.choice(COUNTS), rng.choice([1, 2, 3])
     sizes = sorted(len(h) for h in topo.host_groups())
     for coll in RSAG:
         host_impl = rng.choice(["", "shm"])
         plan = build_ho_ring(coll, topo, count, chunks, CPU.ring_ops, host_impl)
-        assert plan is not None and plan.meta["padded"], topo.shape()
+        assert plan is not None and plan.meta["padded"] == (PAD_BLOCK in plan.layout.order), topo.shape()
         simulate(plan, seed)
         simulate(one_group_per_rank(plan), seed + 1)
         simulate(Plan.from_json(plan.to_json()), seed + 2)
@@ -238,7 +232,7 @@ def test_padded_rails_on_known_placements(spec: str) -> None:
     topo = parse_spec(spec)
     sizes = [len(h) for h in topo.host_groups()]
     for coll in RSAG:
-        plan = build_ho_ring_uneven(coll, topo, 1000, 4, CPU.ring_ops, "shm")
+        plan = build_ho_ring(coll, topo, 1000, 4, CPU.ring_ops, "shm")
         assert plan is not None
         simulate(plan)
         assert plan.meta["rails"] == max(sizes)
@@ -260,7 +254,7 @@ def test_padded_switch_stage_on_three_levels(sizes: list[list[int]], trunk_block
     carry the least the trunks can (here below the flat rails' G_max(N-1))."""
     topo = _switched(sizes)
     for coll in RSAG:
-        plan = build_ho_ring_uneven(coll, topo, 100, 2, CPU.ring_ops, "shm")
+        plan = build_ho_ring(coll, topo, 100, 2, CPU.ring_ops, "shm")
         assert plan is not None and "nic" in plan.meta["tiers"] and "trunk" in plan.meta["tiers"], plan.describe()
         simulate(plan)
         simulate(one_group_per_rank(plan))
@@ -271,7 +265,7 @@ def test_padded_switch_stage_on_three_levels(sizes: list[list[int]], trunk_block
 
 
 def test_simulator_catches_a_misplaced_pad() -> None:
-    plan = build_ho_ring_uneven("reduce_scatter", parse_spec("3+5"), 10, 1)
+    plan = build_ho_ring("reduce_scatter", parse_spec("3+5"), 10, 1)
     assert plan is not None
     simulate(plan)
     # rows of (host A slot, host B slot); A's ranks 0, 1, 2 own rows 0-1, 2-3, 4-5 (row 5 dead)

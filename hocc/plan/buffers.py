@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hocc.plan.types import Layout, Plan, Step
+from hocc.plan.types import Layout, Plan
 
 
 def is_identity(collective: str, lay: Layout, in_order: bool | None = None) -> bool:
@@ -34,10 +34,6 @@ def is_identity(collective: str, lay: Layout, in_order: bool | None = None) -> b
     return in_order if in_order is not None else lay.order == tuple(range(lay.blocks))
 
 
-def _region(s: Step, offset: int, seg: int, members: int) -> tuple[int, int]:
-    return offset, offset + (seg if s.collective == "all_reduce" else members * seg)
-
-
 def stage0_reads_everything(plan: Plan) -> bool:
     """True when, for every chunk, each rank's stage-0 steps read the chunk's
     whole region: then nothing else needs the packed input."""
@@ -48,7 +44,7 @@ def stage0_reads_everything(plan: Plan) -> bool:
         if s.stage == 0:
             for g in s.groups:
                 for r in g.ranks:
-                    covered.setdefault((r, s.chunk), []).append(_region(s, g.offset, g.seg, len(g.ranks)))
+                    covered.setdefault((r, s.chunk), []).append(s.region(g))
     for r in range(plan.world):
         for k in range(lay.chunks):
             end = k * span

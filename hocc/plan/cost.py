@@ -52,6 +52,7 @@ import numpy as np
 from hocc.plan.memo import memo
 from hocc.plan.nccl_native import Summary, call_seconds
 from hocc.plan.types import Plan, Step
+from hocc.plan.volumes import ring_volume
 from hocc.topology import TIERS, Topology
 from hocc.topology.links import LinkModel
 
@@ -257,7 +258,7 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
             key = ("shm", places.host[ranks[0]])
             unit[key] = unit.get(key, 0.0) + n * per_member
             continue
-        h, per_hop = (2 * (n - 1), 1.0 / n) if op == "all_reduce" else (n - 1, 1.0)
+        sent, h = ring_volume(op, n, 1)  # per member, per element of segment; and its hops
         chain.append((ranks, h))
         mine = set()
         for i, a in enumerate(ranks):
@@ -265,7 +266,7 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
             tiers.add(tier)
             mine.update(links)
             for link in links:
-                unit[link] = unit.get(link, 0.0) + h * per_hop
+                unit[link] = unit.get(link, 0.0) + sent
         users.update(mine)
     calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
     crowded = frozenset(k for k, c in users.items() if c > 1)

@@ -18,7 +18,7 @@ from hocc.plan.memo import memo
 from hocc.plan.native import build_native
 from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.ring import build_ring, ring_tier
-from hocc.plan.types import ALGOS, COLLECTIVES, Plan
+from hocc.plan.types import ALGOS, COLLECTIVES, Plan, chunks_for
 from hocc.topology import Topology
 
 
@@ -72,7 +72,7 @@ def chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: i
 def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
                     cfg: PlannerConfig) -> Prediction | None:
     """The best K and its time, or None when ho_ring cannot run (an all_reduce
-    on unequal hosts whose cuts' common denominator is huge, ho_ring_uneven)."""
+    on unequal hosts whose cuts' common denominator is huge, hocc.plan.ho_ring.all_reduce)."""
     best: Prediction | None = None
     total = count * elem_size * (1 if collective == "all_reduce" else topo.world_size)
     for k in chunk_choices(count, elem_size, cfg, total):
@@ -93,7 +93,7 @@ def price_ho_ring(collective: str, topo: Topology, count: int, elem_size: int, c
     unit = _unit_chunk(collective, topo, cfg)
     if unit is None:
         return None
-    k_eff = max(1, min(chunks, count)) if count else 1
+    k_eff = chunks_for(count, chunks)
     piece = -(-count // k_eff)  # a chunk's elements; all_reduce rounds up to the unit plan's piece
     piece = -(-piece // unit.layout.piece) * unit.layout.piece
     return k_eff, compile_pipeline(unit, k_eff, topo, elem_size, piece / unit.layout.piece)
@@ -181,7 +181,7 @@ def build_plan(collective: str, count: int, elem_size: int, topo: Topology, algo
             return _finish(plan, pred, reason, topo, elem_size, cfg)
         algo, pred = "ring", None
         reason = (f"ho_ring's {collective} on topology {topo.shape()} would need cuts too fine to pad to "
-                  f"(hocc.plan.ho_ring_uneven.MAX_UNIT), so the topology-ordered ring ran")
+                  f"(hocc.plan.ho_ring.MAX_UNIT), so the topology-ordered ring ran")
     if algo == "native":
         plan = build_native(collective, topo.world_size, count, ring_tier(topo))
     else:

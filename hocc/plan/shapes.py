@@ -24,13 +24,10 @@ from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.ring import build_ring, ring_tier
-from hocc.plan.types import GroupSlice, Layout, Plan
+from hocc.plan.types import GroupSlice, Layout, Plan, chunks_for
 from hocc.topology import Topology
 
-
-def chunks_for(count: int, chunks: int) -> int:
-    """The K a plan of `count` elements really gets (no more chunks than elements)."""
-    return max(1, min(chunks, count))
+__all__ = ["build_unit", "chunks_for", "factor", "scale", "scaled_layout"]
 
 
 def build_unit(collective: str, topo: Topology, algo: str, cfg: PlannerConfig, chunks: int) -> Plan | None:

@@ -38,8 +38,7 @@ def check_structure(plan: Plan) -> None:
         for g in s.groups:
             if len(set(g.ranks)) != len(g.ranks):
                 raise PlanError(f"a rank listed twice in one group: {s}")
-            n = 1 if s.collective == "all_reduce" else len(g.ranks)
-            lo, hi = g.offset, g.offset + n * g.seg
+            lo, hi = s.region(g)
             if g.offset < 0 or hi > size:
                 raise PlanError(f"region out of the work buffer ({size}): {s}")
             if s.impl == "native" and list(g.ranks) != sorted(g.ranks):
@@ -57,11 +56,7 @@ def check_structure(plan: Plan) -> None:
 
 def _regions(s: Step) -> list[tuple[int, int, int]]:
     """(rank, start, end) touched by a step."""
-    out = []
-    for g in s.groups:
-        n = 1 if s.collective == "all_reduce" else len(g.ranks)
-        out += [(r, g.offset, g.offset + n * g.seg) for r in g.ranks]
-    return out
+    return [(r, *s.region(g)) for g in s.groups for r in g.ranks]
 
 
 def check_races(plan: Plan) -> None:

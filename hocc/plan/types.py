@@ -49,7 +49,7 @@ For all_reduce there is one block (the whole tensor); for reduce_scatter and
 all_gather there is one block per rank, and maybe pad slots: an order entry
 PAD_BLOCK (-1) is a slot of no caller block, zeros on pack (so it adds
 nothing where it is reduced) and skipped on unpack (HO-Ring pads the rails of
-unequal hosts, hocc.plan.ho_ring_uneven_rsag).
+unequal hosts, hocc.plan.ho_ring.rails).
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
+
+from hocc.plan.rounds import in_listed_order
 
 Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
@@ -86,6 +88,11 @@ class Step:
     src: str = "work"
     dst: str = "work"
 
+    def region(self, g: GroupSlice) -> tuple[int, int]:
+        """[start, end) of the work buffer group g's members touch in this step
+        (the semantics above): one segment for all_reduce, one per member otherwise."""
+        return g.offset, g.offset + (g.seg if self.collective == "all_reduce" else len(g.ranks) * g.seg)
+
     def groups_of(self, rank: int) -> tuple[GroupSlice, ...]:
         """Every group `rank` belongs to in this step, in the order to run them."""
         return tuple(g for g in self.groups if rank in g.ranks)
@@ -107,6 +114,11 @@ class Layout:
     @staticmethod
     def identity(blocks: int, block_elems: int) -> Layout:
         return Layout(blocks, block_elems, 1, block_elems, tuple(range(blocks)))
+
+
+def chunks_for(count: int, chunks: int) -> int:
+    """The K a plan of `count` elements per block really gets: no more chunks than elements, at least one."""
+    return max(1, min(chunks, count))
 
 
 @dataclass(frozen=True)
@@ -183,14 +195,10 @@ def one_group_per_rank(plan: Plan) -> Plan:
     splits: dict[tuple[int, int], list[list[GroupSlice]]] = {}
     for s in plan.steps:
         layers: list[list[GroupSlice]] = []
-        last: dict[int, int] = {}
-        for g in s.groups:
-            at = max((last[r] + 1 for r in g.ranks if r in last), default=0)
+        for g, at in zip(s.groups, in_listed_order([g.ranks for g in s.groups]), strict=True):
             while len(layers) <= at:
                 layers.append([])
             layers[at].append(g)
-            for r in g.ranks:
-                last[r] = at
         splits[(s.stage, s.chunk)] = layers or [[]]
     width = [max((len(v) for (st, _), v in splits.items() if st == stage), default=1) for stage in range(plan.stages)]
     if all(w == 1 for w in width):

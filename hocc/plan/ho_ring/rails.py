@@ -1,4 +1,5 @@
-"""`ho_ring` reduce_scatter and all_gather on unequal hosts: padded rails.
+"""HO-Ring's reduce_scatter and all_gather on any placement: rails, padded
+where hosts differ (docs/algorithms.md).
 
 A reduce-scatter or all-gather step gives every member of a group an equal
 segment, while unequal hosts own unequal numbers of blocks. So every host is
@@ -6,7 +7,8 @@ padded to G_max block slots (G_max: the largest host's ranks): on one switch
 the work buffer is a grid of rows, one rail per row, each row one block slot
 per host; host h's slot in row g holds a real block in G_h of the G_max rows
 and a pad slot (types.PAD_BLOCK: zeros on pack, skipped on unpack) in the
-others.
+others. On a uniform grid there is no pad slot: the rows are the grid's rails
+and a block's slot reads its (rank, host, switch) coordinates as digits.
 
   reduce_scatter  host reduce-scatter (the fast tier): each rank of host h
                   ends with q_h whole rows, summed over the host; then one
@@ -31,7 +33,7 @@ q = floor(fan / c) positions per child instead (child i: i*q and c*q + i*q);
 on hosts that is two host stages (one shared-memory group per rank per step),
 above them two groups of one step. Positions past the fan that an equal split
 covers are dead: all pad, no group. A rank whose positions hold several live
-ones sits on several rails, run in rounds (ho_ring_uneven.in_rounds).
+ones sits on several rails, run in rounds (hocc.plan.rounds).
 
 Three levels (several switches): the same padding one level up. Slots are
 digits (rank slot, host slot, switch), the rank slot most significant; a
@@ -46,12 +48,14 @@ kept: the builder prices both by their busiest link.
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 from math import prod
 
-from hocc.plan.ho_ring_uneven import in_rounds
-from hocc.plan.simulate import nic_traffic
-from hocc.plan.types import PAD_BLOCK, GroupSlice, Layout, Plan, Step
+from hocc.plan.cost import step_load
+from hocc.plan.ho_ring.stages import Stage, emit, step_impl
+from hocc.plan.rounds import by_offset
+from hocc.plan.types import PAD_BLOCK, Layout, Plan, chunks_for
 from hocc.topology import TIERS, Topology
 
 
@@ -120,11 +124,6 @@ class _Tree:
         return [self.block((a, b, c)) for a in range(r0) for b in range(r1) for c in range(r2)]
 
 
-def _impl(op: str, groups: list[tuple[int, ...]], ring_ops: tuple[str, ...]) -> str:
-    native = op not in ring_ops and all(list(m) == sorted(m) for m in groups)
-    return "native" if native else "ring"
-
-
 def _level_groups(tree: _Tree, level: int, order: list[int]) -> list[list[tuple[int, int, tuple[int, ...]]]]:
     """Per pass, the (offset, seg, members) of level's groups in slots of one
     chunk; prefixes of dead positions and regions of nothing but pad are left out."""
@@ -152,48 +151,49 @@ def _build(collective: str, tree: _Tree, world: int, count: int, chunks: int, ri
            host_impl: str, tiers: tuple[str, ...] = TIERS) -> Plan:
     order = tree.order()
     slots = len(order)
-    chunks = max(1, min(chunks, count)) if count else 1
-    piece = -(-count // chunks) if count else 0
+    chunks = chunks_for(count, chunks)
+    piece = -(-count // chunks)
     layout = Layout(slots, count, chunks, piece, tuple(order))
-    # per chunk, in reduce-scatter order: (tier, impl, groups) per stage
-    stages: list[tuple[str, str, list[tuple[int, int, tuple[int, ...]]]]] = []
+    stages: list[Stage] = []  # one chunk's, in reduce-scatter order
     for level in range(3):
         per_pass = _level_groups(tree, level, order)
         if not per_pass:
             continue
         if level == 0:  # shared memory: one group per rank per step, so one stage per pass
             for groups in per_pass:
-                stages.append(("host", host_impl or _impl(collective, [m for *_, m in groups], ring_ops), groups))
+                stages.append((collective, "host", step_impl(collective, "host", [m for *_, m in groups], ring_ops,
+                                                              host_impl), groups))
             continue
         ivs = [(Fraction(off), Fraction(off + len(m) * seg), m) for p in per_pass for off, seg, m in p]
         seg_of = {(off, m): seg for p in per_pass for off, seg, m in p}
-        groups = [(int(a), seg_of[(int(a), m)], m) for a, _, m in in_rounds(ivs)]
-        stages.append((tiers[level], _impl(collective, [m for *_, m in groups], ring_ops), groups))
+        groups = [(int(a), seg_of[(int(a), m)], m) for a, _, m in by_offset(ivs)]
+        stages.append((collective, tiers[level], step_impl(collective, tiers[level], [m for *_, m in groups],
+                                                            ring_ops, ""), groups))
     if collective == "all_gather":  # the mirror, but host passes in pass order (independent: disjoint rows)
-        stages = [s for s in reversed(stages) if s[0] != "host"] + [s for s in stages if s[0] == "host"]
-    steps = [Step(i, k, collective, impl, tier,
-                  tuple(GroupSlice(m, (k * slots + off) * piece, seg * piece) for off, seg, m in groups))
-             for k in range(chunks) for i, (tier, impl, groups) in enumerate(stages)]
+        stages = [s for s in reversed(stages) if s[1] != "host"] + [s for s in stages if s[1] == "host"]
     hosts = tree.levels[0]
-    return Plan(collective, "ho_ring", world, count, layout, tuple(steps), max(len(stages), 1),
+    return Plan(collective, "ho_ring", world, count, layout, emit(stages, chunks, slots * piece, piece),
+                max(len(stages), 1),
                 meta={"hosts": [len(h.children) for h in hosts], "fans": list(tree.fans),
                       "radices_padded": list(tree.radices), "rails": tree.fans[0],
-                      "tiers": [t for t, _, _ in stages], "host_passes": [h.passes for h in hosts],
-                      "uneven": True, "padded": True})
+                      "tiers": [s[1] for s in stages], "host_passes": [h.passes for h in hosts],
+                      "padded": PAD_BLOCK in order})
 
 
 def _busiest(plan: Plan, topo: Topology) -> float:
-    """Seconds on the busiest NIC or trunk if every group ran alone at line rate."""
-    infos = topo.host_infos()
-    nic, trunk = nic_traffic(plan, {r: h.name for h in infos for r in h.ranks}, {h.name: h.switch for h in infos})
-    links = topo.links
-    return max(max(nic.values(), default=0) / links.nic.bandwidth,
-               max(trunk.values(), default=0) / links.trunk.bandwidth)
+    """Seconds on the busiest NIC or trunk direction if every group ran alone at
+    line rate (the cost model's per-link bytes, hocc.plan.cost.step_load)."""
+    load: Counter[tuple[str, str]] = Counter()
+    for s in plan.steps:
+        load.update(step_load(s, 1, topo)[0])
+    rate = {"nic": topo.links.nic.bandwidth, "trunk": topo.links.trunk.bandwidth}
+    return max((v / rate[kind.split("_")[0]] for (kind, _), v in load.items() if kind.split("_")[0] in rate),
+               default=0.0)
 
 
-def build_rsag_uneven(collective: str, topo: Topology, count: int, chunks: int,
-                      ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Plan:
-    """The padded-rail plan (module docstring); `count` is the block size."""
+def build_rails(collective: str, topo: Topology, count: int, chunks: int,
+                ring_ops: tuple[str, ...] = (), host_impl: str = "") -> Plan:
+    """The rail plan (module docstring) of reduce_scatter or all_gather; `count` is the block size."""
     switches = topo.switch_groups()
     flat = _Tree([[h for s in switches for h in s]])
     if len(switches) == 1:
