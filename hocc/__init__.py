@@ -22,7 +22,7 @@ from hocc.backend.ddp_hook import ddp_comm_hook
 from hocc.backend.process_group import HoccProcessGroup, register
 from hocc.config import Config, configure, get_config
 from hocc.engine.errors import CallMismatchError, CollectiveError
-from hocc.engine.registry import install_teardown_hooks, reset_engines
+from hocc.engine.registry import reset_engines
 from hocc.engine.work import Work
 from hocc.plan import Plan, make_plan
 from hocc.topology import Topology, parse_spec
@@ -30,7 +30,6 @@ from hocc.topology import Topology, parse_spec
 __version__ = "0.1.0"
 
 register()  # dist.init_process_group("hocc") from here on
-install_teardown_hooks()  # destroy_process_group also releases hocc's engines of the groups it ends
 
 __all__ = [
     "CallMismatchError", "CollectiveError", "Config", "HoccError",

@@ -1,4 +1,5 @@
-"""Settings in one typed object; environment variables only override defaults."""
+"""Settings in one typed object; environment variables only override defaults.
+When a setting takes effect: Config's docstring (one rule, every engine)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,43 @@ from hocc.plan.types import ALGOS, OPS
 
 ALGO_CHOICES = (*ALGOS, "auto")
 
+# When each setting is read (Config's docstring: one rule for when they take effect). Call settings: by each
+# call, when it is made. Engine settings: when an engine is made; built into it, so a change replaces engines.
+CALL_SETTINGS = ("algo", "debug", "ring_ops", "host_transport", "check", "malloc_trim_s", "record_dir", "planner")
+ENGINE_SETTINGS = ("topology", "trace", "shm_piece_bytes", "shm_wait", "record", "tune", "tuning_file")
+
 
 @dataclass(frozen=True)
 class Config:
-    """algo: default algorithm for calls that do not pass one.
-    topology: a HOCC_TOPOLOGY spec; None detects hosts from hostnames.
+    """hocc's settings: HOCC_* environment variables give the defaults, hocc.configure() changes them.
+
+    When a setting takes effect, one rule for every setting and every engine
+    (the drop-in calls' engines, hocc.all_reduce etc., and those of "hocc"
+    backend groups, dist.init_process_group("hocc"), alike): from the next
+    call made after the change. A call already made, an async one still queued
+    or running included, runs to its end under the settings it was made with:
+    nothing changes mid-call. The environment is read once, when settings are
+    first needed; hocc.config.reset_config() reads it again, under the same rule.
+
+    How that holds: call settings (CALL_SETTINGS) are read by each call when it
+    is made. Engine settings (ENGINE_SETTINGS) are read when an engine is made
+    and built into it (its topology, shared-memory segments, executor, flight
+    recorder, tuner), so the next call on an engine made under other engine
+    settings first waits for that engine's earlier calls to end, closes it and
+    makes a new one under the current settings; a group that failed keeps its
+    failed engine (its calls go on raising). Making an engine is collective
+    over its group, as a call is: change settings on every rank of a group,
+    between the same two calls (docs/settings.md).
+
+    Call settings:
+    algo: default algorithm for calls that do not pass one.
     debug: log each call's plan choice (and why) to stderr.
-    trace: run plan steps one at a time and log each stage's time (slow; for measuring).
     ring_ops: HO-Ring ops to run as point-to-point rings rather than the
       backend's collective; None: the backend's default (gloo: reduce_scatter
       and all_gather, measured faster as rings; NCCL: none).
     host_transport: how CPU ranks' host-level stages (and single-host
       collectives) of ho_ring move data: 'shm' through a shared-memory
       segment, 'net' over gloo like other stages; 'auto' (default): shm.
-    shm_piece_bytes: bytes per member and piece streamed through the segment
-      (the segment holds 2 pieces per member).
-    shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
-      kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
-      1 ms, then futex) or 'sleep' (backoff).
     check: how ranks make sure they are in the same call (collective, count,
       dtype, reduction op, algo, call number). 'comm' (default): each
       communicator compares call ids with its ring neighbour at the call's
@@ -41,17 +61,28 @@ class Config:
     malloc_trim_s: after hocc CPU calls, give the memory glibc holds free back
       to the OS at most this often (seconds; 0: never), from a thread of its
       own (hocc/engine/heap.py).
+    record_dir: where recorder dumps go (a failed call's: the directory set
+      when the call was made; SIGUSR1's and hocc.dump_record()'s: the one set
+      then); None: <tmp>/hocc-record.
+    planner: pipeline-depth bounds and cost-model parameters.
+
+    Engine settings:
+    topology: a HOCC_TOPOLOGY spec; None detects hosts from hostnames.
+    trace: run plan steps one at a time and log each stage's time (slow; for measuring).
+    shm_piece_bytes: bytes per member and piece streamed through the segment
+      (the segment holds 2 pieces per member).
+    shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
+      kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
+      1 ms, then futex) or 'sleep' (backoff).
     record: how many of its latest calls each engine's flight recorder keeps
-      (hocc/record/; 0: off). Read when an engine is made.
-    record_dir: where recorder dumps go (on a failed call, on SIGUSR1, on
-      hocc.dump_record()); None: <tmp>/hocc-record.
+      (hocc/record/; 0: off). A new engine starts a new record.
     tune: auto times its candidates on the first calls of each (collective,
       dtype, size bucket) and keeps the fastest (hocc/engine/tuning.py);
       HOCC_TUNE=0: the model's choice (and a tuning file's) without trials.
+      A new engine tunes afresh (from the tuning file, if there is one).
     tuning_file: where measured choices persist between jobs
-      (HOCC_TUNING_FILE; None: kept for this process only). Read when an
-      engine is made; written by each group's rank 0 as buckets are decided.
-    planner: pipeline-depth bounds and cost-model parameters."""
+      (HOCC_TUNING_FILE; None: kept for this process only); written by each
+      group's rank 0 as buckets are decided."""
 
     algo: str = "auto"
     topology: str | None = None
@@ -68,6 +99,11 @@ class Config:
     tune: bool = True
     tuning_file: str | None = None
     planner: PlannerConfig = field(default_factory=PlannerConfig)
+
+    def engine_settings(self) -> tuple[object, ...]:
+        """The values of ENGINE_SETTINGS: an engine made under a config serves
+        every config whose engine settings are equal."""
+        return tuple(getattr(self, name) for name in ENGINE_SETTINGS)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Config:
@@ -190,7 +226,10 @@ def get_config() -> Config:
 
 
 def configure(**changes: object) -> Config:
-    """Change settings for this process, e.g. hocc.configure(algo="ho_ring")."""
+    """Change settings for this process, e.g. hocc.configure(algo="ho_ring").
+    Every engine, drop-in and backend alike, runs its next call under them
+    (Config's docstring says how); calls already made keep theirs. Call it on
+    every rank of a group, between the same two calls."""
     global _config
     cfg = get_config()
     if "algo" in changes and changes["algo"] not in ALGO_CHOICES:
@@ -200,8 +239,10 @@ def configure(**changes: object) -> Config:
 
 
 def reset_config() -> None:
+    """Forget the settings: the next call reads the environment again (and runs under it, as after configure())."""
     global _config
     _config = None
 
 
-__all__ = ["ALGO_CHOICES", "Config", "CostParams", "PlannerConfig", "configure", "get_config", "reset_config"]
+__all__ = ["ALGO_CHOICES", "CALL_SETTINGS", "ENGINE_SETTINGS", "Config", "CostParams", "PlannerConfig", "configure",
+           "get_config", "reset_config"]

@@ -128,6 +128,7 @@ def _cycles_body(rank: int, world: int, out_dir: str) -> None:
         whole = dist.group.WORLD
         assert whole is not None
         _check_collectives(rank, world, whole, hocc_group, cycle)
+        del whole  # a gloo group's drop-in engine goes with the group object, once torch has ended it
         _provoke_failure(rank, world, cycle)
         dist.destroy_process_group()
         samples.append(resources())

@@ -24,8 +24,9 @@ from hocc.plan.types import Plan
 ReduceOp = dist.ReduceOp
 
 
-def _engine(group: dist.ProcessGroup, device: torch.device) -> Engine:
-    return get_engine(group, device, get_config())
+def _engine(group: dist.ProcessGroup, device: torch.device, refresh: bool = True) -> Engine:
+    """The group's engine, made again first if the engine settings changed (refresh; hocc.config)."""
+    return get_engine(group, device, get_config(), refresh)
 
 
 @accepts_arrays("tensor")
@@ -131,7 +132,7 @@ def plan_for(collective: str, tensor: torch.Tensor, group: dist.ProcessGroup | N
 def last_plan(group: dist.ProcessGroup | None = None, device: str = "cpu") -> Plan | None:
     """The plan of this rank's latest call on `group` (None before any)."""
     g = v.resolve_group(group, "last_plan")
-    return _engine(g, torch.device(device)).last_plan
+    return _engine(g, torch.device(device), refresh=False).last_plan  # the latest call's, whatever the settings now
 
 
 # -- helpers -----------------------------------------------------------------

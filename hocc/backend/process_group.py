@@ -94,18 +94,27 @@ class HoccProcessGroup(dist.ProcessGroup):
             self._inner[key] = new_backend(device, store, self.rank(), self.size(), self._timeout)
         return self._inner[key]
 
-    def hocc_engine(self, device: torch.device) -> Engine:
-        """This group's engine for `device` (hocc's drop-in calls use it too)."""
+    def hocc_engine(self, device: torch.device, refresh: bool = True) -> Engine:
+        """This group's engine for `device` (hocc's drop-in calls use it too),
+        made now if there is none or (refresh) if the engine settings changed
+        since it was made (hocc.config: the same rule as the drop-in calls'
+        engines): the old one first ends the calls made before."""
         from hocc.config import get_config
 
         self._check_open()
+        cfg = get_config()
         key = device.type
-        if key not in self._engines:
+        eng = self._engines.get(key)
+        if eng is not None and refresh and eng.stale(cfg):
+            del self._engines[key]
+            eng.close()
+            eng = None
+        if eng is None:
             info = GroupInfo(rank=self.rank(), size=self.size(), global_ranks=self._global_ranks,
                              name=f"backend/{self._name}", store=self._store, inner=self.inner(device),
                              timeout=self._timeout)
-            self._engines[key] = Engine(info, device, get_config())
-        return self._engines[key]
+            eng = self._engines[key] = Engine(info, device, cfg)
+        return eng
 
     def stats(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """hocc.stats for this group: per-tier throughput and arrival skew of

@@ -15,6 +15,7 @@ import logging
 import re
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,10 +53,14 @@ _generations: Counter[str] = Counter()
 
 
 class Engine:
+    """Serves one group and device under the engine settings of `cfg`
+    (hocc.config.ENGINE_SETTINGS, read here once); call settings are read by
+    each call (run). stale() says when the current settings want a new one."""
+
     def __init__(self, info: GroupInfo, device: torch.device, cfg: Config) -> None:
         self.info = info
         self.device = device
-        self.cfg = cfg
+        self.cfg = cfg  # what the engine settings were read from (a later config with the same ones, once seen)
         self.rank = info.rank
         self.size = info.size
         key = f"{info.name}/{device.type}"
@@ -66,13 +71,14 @@ class Engine:
         self.failed: str | None = None  # the first failure: every later call raises it
         self._check_pg: Any = None  # HOCC_CHECK's gloo group
         self.topology = resolve_topology(info, prefix, cfg, device)
-        self.group: dist.ProcessGroup | None = None  # the API's group, when it made this engine
+        self._group: weakref.ref[dist.ProcessGroup] | None = None  # the API's group, when it made this engine
         self._last: Compiled | None = None  # the last call's plan (last_plan)
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
         self._tuning_file = TuningFile(cfg.tuning_file) if cfg.tuning_file else None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
+        self._worker_thread: int | None = None  # the worker's thread id, once it ran a call
         self._lock = threading.Lock()
         self._outstanding = 0
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
@@ -87,10 +93,31 @@ class Engine:
         self.executor.set_trace(cfg.trace)
         self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
                                  self.executor)
-        self._record_dir = cfg.record_dir
         record_dump.register(self.recorder)
         self._peer_failure: str | None = None
         self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed)
+
+    @property
+    def group(self) -> dist.ProcessGroup | None:
+        """The process group the drop-in calls made this engine for (None for a
+        backend's engine, or once that group is gone). Held weakly: the engine
+        never keeps a group torch has ended alive (hocc.engine.registry)."""
+        return self._group() if self._group is not None else None
+
+    @group.setter
+    def group(self, group: dist.ProcessGroup | None) -> None:
+        self._group = weakref.ref(group) if group is not None else None
+
+    def stale(self, cfg: Config) -> bool:
+        """Whether the next call under `cfg` needs a new engine: its engine
+        settings differ from this one's. A failed engine is never stale (its
+        group stays failed); neither is a closed one (its calls raise)."""
+        if cfg is self.cfg:
+            return False
+        if cfg.engine_settings() == self.cfg.engine_settings():
+            self.cfg = cfg  # the same engine settings: the next look is one `is`
+            return False
+        return self.failed is None and self.closed is None
 
     # -- planning ---------------------------------------------------------------
     def settings(self, cfg: Config) -> PlannerConfig:
@@ -109,7 +136,7 @@ class Engine:
         if t is None:
             key = f"{self.device.type} {to_spec(self.topology) or self.topology.shape()} world={self.size} " \
                   f"ring_ops={','.join(settings.ring_ops) or 'none'} host={settings.host_impl or 'net'}"
-            t = self._tuners[settings] = Tuner(self.topology, settings, self.device.type, cfg.tune,
+            t = self._tuners[settings] = Tuner(self.topology, settings, self.device.type, self.cfg.tune,
                                                self._agree_max, self._tuning_file, key, self.rank == 0)
         return t
 
@@ -159,7 +186,8 @@ class Engine:
         """One collective, from plan to result: `inp` and `out` are checked
         (contiguous, on this engine's device, sizes as torch.distributed
         wants); `reduce_op` is 'sum', 'avg', 'min', 'max' or 'product'. Runs
-        after every earlier call of this engine; blocks unless async_op."""
+        after every earlier call of this engine; blocks unless async_op. The
+        call settings are read here, once: the call runs under them to its end."""
         cfg = get_config()
         if self.failed is not None:
             raise self._failed_earlier(collective)
@@ -172,25 +200,25 @@ class Engine:
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
         made = time.time_ns() if self.recorder.on else 0  # the flight recorder's enqueue time
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg.check, made, trial), [out],
-                           async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, made, trial), [out], async_op)
 
     def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 check: str, made: int, trial: Trial | None = None) -> None:
+                 cfg: Config, made: int, trial: Trial | None = None) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, check, made, trial)
+            self._execute_checked(entry, inp, out, reduce_op, call, cfg, made, trial)
 
     def _execute_checked(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         check: str, made: int, trial: Trial | None) -> None:
+                         cfg: Config, made: int, trial: Trial | None) -> None:
         # the flight recorder notes what was called here, on the worker (an async caller's thread then does
         # nothing more: its GIL time is what the worker waits for); the executor notes the run
         if made:
             self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
                                entry, made)
+        check = cfg.check
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
@@ -204,7 +232,7 @@ class Engine:
                     self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
                 trial.tuner.measured(trial, took())
         except Exception as e:
-            raise self._fail(call, entry.groups, e) from e  # the unit's steps name the same stages
+            raise self._fail(call, entry.groups, e, cfg.record_dir) from e  # the unit's steps name the same stages
         finally:
             self.watchdog.end()
             if trial is not None and trial.last:
@@ -229,7 +257,7 @@ class Engine:
         glob = "" if ranks == list(range(self.size)) else f"; its ranks 0..{self.size - 1} are global ranks {ranks}"
         return f"group {self.info.name!r} (rank {self.rank} of {self.size}{glob})"
 
-    def _fail(self, call: Call, plan: Plan, e: Exception) -> CollectiveError:
+    def _fail(self, call: Call, plan: Plan, e: Exception, record_dir: str | None) -> CollectiveError:
         """Fail the group: remember why, abort the transport (peers blocked on
         this rank fail too), tell the group through the watchdog, and write
         the flight recorder's dump before the error reaches the caller."""
@@ -246,7 +274,7 @@ class Engine:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
         if self.recorder.on:
             self.recorder.failed(call.seq, why)
-            msg += record_dump.on_failure(self.recorder, f"failed: {call.describe()}: {why}", self._record_dir)
+            msg += record_dump.on_failure(self.recorder, f"failed: {call.describe()}: {why}", record_dir)
         mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
@@ -310,6 +338,7 @@ class Engine:
 
     def _run_job(self, job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
         """Run one queued call; on CUDA, return an event recorded after its kernels (Work waits on it)."""
+        self._worker_thread = threading.get_ident()
         try:
             with on_stream(stream):
                 job()
@@ -348,10 +377,15 @@ class Engine:
     def close(self) -> None:
         """Release everything this engine holds once the calls made before have
         ended: the worker thread, the gloo sub-groups, the shared-memory
-        segments and the buffers. Idempotent; later calls raise."""
+        segments and the buffers. Idempotent; later calls raise. Called on the
+        worker itself (a finalizer can run on any thread), it returns at once
+        and a thread of its own releases once the worker's call has ended."""
         with self._lock:
             if self.closed is None:
                 self.closed = "closed"
+        if threading.get_ident() == self._worker_thread:  # the worker cannot wait for itself
+            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
+            return
         self._worker.shutdown(wait=True)
         self._release_when_idle()
 

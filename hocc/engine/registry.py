@@ -1,13 +1,22 @@
 """Which engine serves a group: one per (group, device type) for hocc's
-drop-in calls on any group (groups of the "hocc" backend keep their own), and
-the hooks that release them when torch ends their group."""
+drop-in calls on any group (groups of the "hocc" backend keep their own),
+made again at a call when the engine settings changed (hocc.config), and
+released when torch ends their group.
+
+Releasing patches nothing of torch's. torch tells a group's backends that it
+ends the group (destroy_process_group calls shutdown(), _abort_process_group
+abort()), which a "hocc" backend group acts on itself; a group of another
+backend (gloo, NCCL) gives hocc no such call, so its drop-in engines go with
+the group object: an engine holds its group weakly, and when torch has ended
+the group and nothing else holds it (torch drops its own references when it
+ends a group), a finalizer closes the engine, after the calls made before have
+run. An engine whose group torch no longer knows but something still holds is
+closed before the next engine is made, or by reset_engines()."""
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Callable
-from typing import Any
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -17,31 +26,46 @@ from hocc.engine.engine import Engine
 from hocc.engine.group import GroupInfo
 
 _engines: dict[tuple[int, str], Engine] = {}
-_engines_lock = threading.Lock()
+# each key's finalizer on its group (one per group and device, whatever engines it has had)
+_watched: dict[tuple[int, str], weakref.finalize[[tuple[int, str]], dist.ProcessGroup]] = {}
+# reentrant: a finalizer runs wherever its group's last reference goes, maybe under this lock (in a collection)
+_engines_lock = threading.RLock()
 
 
-def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | None = None) -> Engine:
+def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | None = None,
+               refresh: bool = True) -> Engine:
+    """The engine serving `group`'s `device` tensors, made now if there is none
+    or (refresh) if the one there was made under other engine settings than
+    `cfg`'s: that one first ends the calls made before (close), so a call in
+    flight finishes where it started. Making one is collective over the group,
+    as a call is; refresh=False keeps a stale engine (asking what its last call
+    ran: no collective)."""
     cfg = cfg or get_config()
     own = getattr(group, "hocc_engine", None)
     if own is not None:  # a group of the hocc backend keeps its own engines
-        return own(device)
+        return own(device, refresh)
     key = (id(group), device.type)
     with _engines_lock:
         eng = _engines.get(key)
-        if eng is not None and eng.group is group and eng.cfg.topology == cfg.topology:
+    if eng is not None and eng.group is group:
+        if not (refresh and eng.stale(cfg)):
             return eng
+        _release([key], None)  # stale: its calls end under the settings they were made with, then it goes
     release_destroyed()  # a new engine: first drop those of groups torch has ended
     eng = Engine(GroupInfo.of(group, device), device, cfg)
     eng.group = group
     with _engines_lock:
         old = _engines.get(key)
         _engines[key] = eng
+        if key not in _watched:
+            _watched[key] = fin = weakref.finalize(group, _group_gone, key)
+            fin.atexit = False  # at exit, engines go as before: with the process
     if old is not None:
         old.close()
     return eng
 
 
-def find_engine(group: Any, device: torch.device) -> Engine | None:
+def find_engine(group: object, device: torch.device) -> Engine | None:
     """The engine already serving `group` (a ProcessGroup, or a "hocc"
     backend object) for `device`, or None: never makes one (making one is
     collective, and this is asked from one rank, e.g. for stats)."""
@@ -58,21 +82,26 @@ def find_engine(group: Any, device: torch.device) -> Engine | None:
 
 
 def reset_engines() -> None:
-    """Forget every engine (after destroy_process_group, or to apply new settings)."""
-    _release([k for k in list(_engines)], None)
+    """Close every drop-in engine (each after the calls made before): their
+    groups' next calls make new ones."""
+    _release(list(_engines), None)
 
 
 def release_destroyed(why: str | None = None) -> None:
     """Release the engines of groups torch no longer knows (destroyed or
-    aborted): aborted with `why`, else closed."""
+    aborted, but still held somewhere): aborted with `why`, else closed."""
     _release([k for k, e in list(_engines.items()) if not _known_to_torch(e.group)], why)
 
 
-def release_group(group: dist.ProcessGroup | None, why: str | None = None) -> None:
-    """Release the engines of `group` (None: every group, as destroying the
-    world ends them all): aborted with `why`, else closed."""
-    whole = group is None or group is dist.GroupMember.WORLD
-    _release([k for k, e in list(_engines.items()) if whole or e.group is group], why)
+def _group_gone(key: tuple[int, str]) -> None:
+    """A group with drop-in engines was freed (torch ended it and nothing holds it): close its engine."""
+    with _engines_lock:
+        _watched.pop(key, None)
+        eng = _engines.get(key)
+        if eng is None or eng.group is not None:  # none left, or another group's under a reused id
+            return
+        del _engines[key]
+    eng.close()
 
 
 def _release(keys: list[tuple[int, str]], why: str | None) -> None:
@@ -92,34 +121,3 @@ def _known_to_torch(group: dist.ProcessGroup | None) -> bool:
         return group in dist.distributed_c10d._world.pg_map
     except (AttributeError, TypeError):  # torch's registry moved: keep the engine
         return True
-
-
-def install_teardown_hooks() -> None:
-    """Make torch's own teardown release hocc's engines of the groups it ends:
-    dist.destroy_process_group closes them (after the calls made before have
-    run) and dist.distributed_c10d._abort_process_group aborts them, before
-    torch ends the group itself. Without this, an engine would keep a
-    destroyed group's backend, its gloo sub-groups (threads, sockets) and its
-    worker thread alive. Idempotent. (Groups of the "hocc" backend need no
-    hook: torch calls their shutdown() and abort().)"""
-    c10d = dist.distributed_c10d
-    for name, why in (("destroy_process_group", None), ("_abort_process_group", "the process group was aborted")):
-        orig = getattr(c10d, name, None)
-        if orig is None or getattr(orig, "hocc_hooked", False):
-            continue
-        setattr(c10d, name, _hooked(orig, why))
-        if getattr(dist, name, None) is orig:
-            setattr(dist, name, getattr(c10d, name))
-
-
-def _hooked(orig: Callable[..., Any], why: str | None) -> Callable[..., Any]:
-    @functools.wraps(orig)
-    def teardown(group: dist.ProcessGroup | None = None) -> Any:
-        release_group(group, why)
-        try:
-            return orig(group)
-        finally:
-            release_destroyed(why)
-
-    teardown.hocc_hooked = True  # type: ignore[attr-defined]
-    return teardown
