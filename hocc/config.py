@@ -9,9 +9,14 @@ from dataclasses import dataclass, field, replace
 
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig
-from hocc.plan.types import ALGOS, OPS
+from hocc.plan.registry import names
+from hocc.plan.types import OPS
 
-ALGO_CHOICES = (*ALGOS, "auto")
+
+def algo_choices() -> tuple[str, ...]:
+    """What `algo` may name: every registered algorithm (hocc.plan.registry), and 'auto'."""
+    return (*names(), "auto")
+
 
 # When each setting is read (Config's docstring: one rule for when they take effect). Call settings: by each
 # call, when it is made. Engine settings: when an engine is made; built into it, so a change replaces engines.
@@ -111,8 +116,8 @@ class Config:
         cfg = Config()
         if "HOCC_ALGO" in env:
             algo = env["HOCC_ALGO"].strip()
-            if algo not in ALGO_CHOICES:
-                raise ValueError(f"HOCC_ALGO={algo!r} is not one of {ALGO_CHOICES}")
+            if algo not in algo_choices():
+                raise ValueError(f"HOCC_ALGO={algo!r} is not one of {algo_choices()}")
             cfg = replace(cfg, algo=algo)
         calibrated: CostParams | None = None
         if env.get("HOCC_TOPOLOGY"):
@@ -232,8 +237,8 @@ def configure(**changes: object) -> Config:
     every rank of a group, between the same two calls."""
     global _config
     cfg = get_config()
-    if "algo" in changes and changes["algo"] not in ALGO_CHOICES:
-        raise ValueError(f"algo={changes['algo']!r} is not one of {ALGO_CHOICES}")
+    if "algo" in changes and changes["algo"] not in algo_choices():
+        raise ValueError(f"algo={changes['algo']!r} is not one of {algo_choices()}")
     _config = replace(cfg, **changes)  # type: ignore[arg-type]
     return _config
 
@@ -244,5 +249,5 @@ def reset_config() -> None:
     _config = None
 
 
-__all__ = ["ALGO_CHOICES", "CALL_SETTINGS", "ENGINE_SETTINGS", "Config", "CostParams", "PlannerConfig", "configure",
+__all__ = ["algo_choices", "CALL_SETTINGS", "ENGINE_SETTINGS", "Config", "CostParams", "PlannerConfig", "configure",
            "get_config", "reset_config"]

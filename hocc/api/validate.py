@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from hocc.config import ALGO_CHOICES
+from hocc.config import algo_choices
 from hocc.engine.dtypes import DTYPES, FLOAT_DTYPES, op_name
 
 
@@ -34,8 +34,8 @@ def resolve_group(group: dist.ProcessGroup | None, fn: str) -> dist.ProcessGroup
 
 
 def check_algo(algo: str, fn: str) -> str:
-    if algo not in ALGO_CHOICES:
-        raise HoccError(f"hocc.{fn}: unknown algo {algo!r}; use one of {', '.join(ALGO_CHOICES)}")
+    if algo not in algo_choices():
+        raise HoccError(f"hocc.{fn}: unknown algo {algo!r}; use one of {', '.join(algo_choices())}")
     return algo
 
 

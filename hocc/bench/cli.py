@@ -18,7 +18,7 @@ from hocc.bench.collectives import COLLECTIVES, OP_NAMES
 from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
-from hocc.config import ALGO_CHOICES, get_config
+from hocc.config import algo_choices, get_config
 from hocc.engine.registry import get_engine
 from hocc.plan.policy import settings_meta
 from hocc.plan.volumes import link_bound
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-a", "--average", type=int, default=1, choices=[0, 1, 2, 3],
                    help="time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)")
     p.add_argument("--algo", default="native,ho_ring",
-                   help=f"comma list from {', '.join(ALGO_CHOICES)}, measured interleaved (default native,ho_ring)")
+                   help=f"comma list from {', '.join(algo_choices())}, measured interleaved (default native,ho_ring)")
     p.add_argument("--nprocs", type=int, default=0, help="spawn this many local CPU ranks (gloo) instead of env://")
     p.add_argument("--topology", default=None, help="HOCC_TOPOLOGY spec for the ranks, e.g. 2x4 or 2x4@nic=1gbit")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
@@ -69,8 +69,8 @@ def spec_from_args(a: argparse.Namespace) -> BenchSpec:
             raise SystemExit(f"hocc-bench: unknown op {o!r}; use all_reduce, all_gather, reduce_scatter or all")
     algos = [x.strip() for x in a.algo.split(",") if x.strip()]
     for x in algos:
-        if x not in ALGO_CHOICES:
-            raise SystemExit(f"hocc-bench: unknown algo {x!r}; use a comma list from {', '.join(ALGO_CHOICES)}")
+        if x not in algo_choices():
+            raise SystemExit(f"hocc-bench: unknown algo {x!r}; use a comma list from {', '.join(algo_choices())}")
     if a.dtype not in DTYPES:
         raise SystemExit(f"hocc-bench: unknown dtype {a.dtype!r}; use one of {', '.join(DTYPES)}")
     if a.redop not in OP_NAMES:

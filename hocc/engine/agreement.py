@@ -20,7 +20,8 @@ import torch
 
 from hocc.engine.errors import CallMismatchError
 from hocc.executor import load
-from hocc.plan.types import ALGOS, Plan
+from hocc.plan.registry import names
+from hocc.plan.types import Plan
 
 # by code, as the executor's call check encodes them (csrc/core/call.cc, types.h): read from it, not copied
 COLLECTIVES: tuple[str, ...] = tuple(load().COLLECTIVES)
@@ -59,14 +60,20 @@ class Call:
     def encode(self) -> list[int]:
         op = 0 if self.collective == "all_gather" else OPS.index(self.op)  # all_gather has no op to agree on
         return [self.seq, COLLECTIVES.index(self.collective), self.count, DTYPE_NAMES.index(self.dtype), op,
-                ALGOS.index(self.algo) if self.algo in ALGOS else len(ALGOS), self.plan >> 1]
+                _algo_code(self.algo), self.plan >> 1]
+
+
+def _algo_code(algo: str) -> int:
+    """The algorithm's index in the registry (hocc.plan.registry: the same on every rank), one past for others."""
+    known = names()
+    return known.index(algo) if algo in known else len(known)
 
 
 _FIELDS = ("call number", "collective", "count", "dtype", "reduction op", "algo", "plan")
 
 
 def _name(field: int, value: int) -> str:
-    tables: dict[int, tuple[str, ...]] = {1: COLLECTIVES, 3: DTYPE_NAMES, 4: OPS, 5: (*ALGOS, "?")}
+    tables: dict[int, tuple[str, ...]] = {1: COLLECTIVES, 3: DTYPE_NAMES, 4: OPS, 5: (*names(), "?")}
     if field in tables and 0 <= value < len(tables[field]):
         return tables[field][value]
     return hex(value) if field == 6 else str(value)

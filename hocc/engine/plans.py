@@ -23,7 +23,8 @@ from typing import Any
 from hocc.engine.agreement import plan_hash
 from hocc.executor.plans import to_native
 from hocc.plan.buffers import is_identity, route_as
-from hocc.plan.planner import PlannerConfig, make_plan, predict_ho_ring, predicted
+from hocc.plan.planner import PlannerConfig, make_plan, predicted
+from hocc.plan.registry import algorithm
 from hocc.plan.shapes import build_unit, chunks_for, factor, scale, scaled_layout
 from hocc.plan.types import Plan
 from hocc.topology import Topology
@@ -121,8 +122,9 @@ class PlanCache:
         return entry
 
     def _make(self, collective: str, count: int, elem_size: int, algo: str, settings: PlannerConfig) -> Compiled:
-        if algo == "ho_ring" and settings.chunks is None and count:  # K for this size by the model, then its unit
-            pred = predict_ho_ring(collective, self.topology, count, elem_size, settings)
+        alg = algorithm(algo)
+        if alg.chunked and settings.chunks is None and count:  # K for this size by the model, then its unit
+            pred = alg.predict(collective, self.topology, count, elem_size, settings)
             if pred is not None:
                 settings = replace(settings, chunks=pred.chunks)
         unit = self._unit(collective, count, algo, settings) if count else None
@@ -142,7 +144,7 @@ class PlanCache:
         return Compiled(native, int.from_bytes(digest.digest(), "little"), v.plan.algo, build, unit.setup, v.plan)
 
     def _unit(self, collective: str, count: int, algo: str, settings: PlannerConfig) -> Unit | None:
-        k = chunks_for(count, settings.chunks) if algo == "ho_ring" and settings.chunks is not None else 1
+        k = chunks_for(count, settings.chunks) if algorithm(algo).chunked and settings.chunks is not None else 1
         key = (collective, algo, settings, k)
         if key not in self._units:
             plan = build_unit(collective, self.topology, algo, settings, k)

@@ -44,6 +44,7 @@ import torch
 from hocc.engine.tuning_file import TuningFile
 from hocc.plan.crossover import Crossover, Pick, bucket_of, human
 from hocc.plan.planner import PlannerConfig, Prediction, chunk_choices, predict_all
+from hocc.plan.registry import algorithm
 from hocc.topology import Topology
 
 log = logging.getLogger("hocc")
@@ -168,14 +169,17 @@ class Tuner:
 
     def _plan_trials(self, collective: str, count: int, elem_size: int) -> _Bucket:
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
-        cands = [Pick("native", None, "trial"), Pick("ring", None, "trial")]
-        if "ho_ring" in preds:
+        cands = []
+        for name, pred in preds.items():  # every registered algorithm that can run; chunked ones at several K
+            if not algorithm(name).chunked:
+                cands.append(Pick(name, None, "trial"))
+                continue
             total = count * elem_size * (1 if collective == "all_reduce" else self.topology.world_size)
             allowed = chunk_choices(count, elem_size, self.base, total)
-            ks = {preds["ho_ring"].chunks, max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
+            ks = {pred.chunks, max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
             if self.base.chunks is not None:  # HOCC_CHUNKS fixes K
                 ks = {self.base.chunks}
-            cands += [Pick("ho_ring", k, "trial") for k in sorted(ks)]
+            cands += [Pick(name, k, "trial") for k in sorted(ks)]
         # warm-ups first, then rounds over every candidate (interleaved: a slow spell hits all alike), each a
         # burst of back-to-back calls started together (how a loop of such calls runs)
         schedule: list[tuple[int, bool, bool]] = []
@@ -282,4 +286,4 @@ def _predicted(preds: dict[str, Prediction], c: Pick) -> float:
 
 
 def _label(p: Pick) -> str:
-    return f"{p.algo}@{p.chunks}" if p.algo == "ho_ring" else p.algo
+    return f"{p.algo}@{p.chunks}" if algorithm(p.algo).chunked else p.algo

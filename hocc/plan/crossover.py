@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hocc.plan.planner import PlannerConfig, choose, predict_all
+from hocc.plan.registry import algorithm
 from hocc.topology import Topology
 
 # buckets 0..MAX_BUCKET: up to 2^47 bytes (128 TiB) per rank
@@ -64,9 +65,9 @@ def model_pick(collective: str, count: int, elem_size: int, topo: Topology, cfg:
     """The cost model's choice for one size (choose() over predict_all())."""
     preds = predict_all(collective, count, elem_size, topo, cfg)
     algo = choose(preds, cfg, collective)
-    why = "model: " + ", ".join(f"{p.algo}{f'@{p.chunks}' if p.algo == 'ho_ring' else ''} "
+    why = "model: " + ", ".join(f"{p.algo}{f'@{p.chunks}' if algorithm(p.algo).chunked else ''} "
                                 f"{p.seconds * 1e3:.3f} ms" for p in preds.values())
-    return Pick(algo, preds[algo].chunks if algo == "ho_ring" else None, why)
+    return Pick(algo, preds[algo].chunks if algorithm(algo).chunked else None, why)
 
 
 class Crossover:

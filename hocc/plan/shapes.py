@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hocc.plan.ho_ring import build_ho_ring
-from hocc.plan.native import build_native
 from hocc.plan.planner import PlannerConfig
-from hocc.plan.ring import build_ring, ring_tier
+from hocc.plan.registry import algorithm
 from hocc.plan.types import GroupSlice, Layout, Plan, chunks_for
 from hocc.topology import Topology
 
@@ -31,16 +29,11 @@ __all__ = ["build_unit", "chunks_for", "factor", "scale", "scaled_layout"]
 
 
 def build_unit(collective: str, topo: Topology, algo: str, cfg: PlannerConfig, chunks: int) -> Plan | None:
-    """The unrouted unit of `algo` with `chunks` chunks (chunks_for's K; 1 but
-    for ho_ring), or None where it has none: ho_ring with K left to the model
-    (K then depends on the size), or ho_ring that cannot run on `topo`."""
-    if algo == "native":
-        return build_native(collective, topo.world_size, 1, ring_tier(topo))
-    if algo == "ring":
-        return build_ring(collective, topo, 1)
-    if algo == "ho_ring" and cfg.chunks is not None:
-        return build_ho_ring(collective, topo, chunks, chunks, cfg.ring_ops, cfg.host_impl)
-    return None
+    """The unrouted unit of `algo` with `chunks` chunks (chunks_for's K; 1 for
+    an unchunked algorithm), or None where it has none: a chunked algorithm
+    with K left to the model (K then depends on the size), or one that cannot
+    run on `topo` (hocc.plan.registry.Algorithm.unit)."""
+    return algorithm(algo).unit(collective, topo, cfg, chunks)
 
 
 def factor(unit: Plan, count: int) -> int:

@@ -62,7 +62,6 @@ from hocc.plan.rounds import in_listed_order
 
 Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
-ALGOS: tuple[str, ...] = ("native", "ring", "ho_ring")
 OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 BUFFERS: tuple[str, ...] = ("work", "input", "output")

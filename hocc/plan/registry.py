@@ -1,0 +1,113 @@
+"""The algorithm registry: what the planner, the engine, config, hocc-bench's
+CLI and the call check know of an algorithm, in one record per algorithm.
+
+An algorithm is a name, a builder, a predictor and its constraints:
+
+  build(collective, topo, count, cfg, chunks) -> Plan | None
+      the plan for `count` elements per block (None: it cannot run on topo;
+      the planner then runs `fallback` and says why). Every builder makes
+      plans linear in their piece (hocc.plan.shapes): the engine builds one
+      unit per K and scales it.
+  predict(collective, topo, count, elem_size, cfg) -> Prediction | None
+      the cost model's time (None: it cannot run), with the K it would use.
+  chunked
+      it has a pipeline depth K (cfg.chunks, else the model's per size);
+      measured selection tries several.
+
+A new algorithm is one module and one `register` call (hocc.plan.algorithms
+registers the built-in native, ring and ho_ring). Names are agreed across
+ranks by their index here, so every rank must register the same algorithms
+in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hocc.plan.cost import CostParams
+from hocc.plan.types import Plan
+from hocc.topology import Topology
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """What every algorithm's builder and predictor read.
+    chunks: force HO-Ring's pipeline depth K (None: the cost model picks).
+    min_chunk_bytes / max_chunks bound the K the cost model may pick.
+    native_margin: auto leaves native only for a predicted gain above this.
+    ring_ops: HO-Ring steps of these ops run as point-to-point rings instead of
+    the backend's collective (the engine sets it per backend).
+    host_impl: 'shm' runs HO-Ring's host-level steps through shared memory
+    (CPU tensors); '' leaves them to native / ring_ops.
+    max_chunk_bytes: K is at least the buffer over this. Large single messages
+    through a shaped TCP link lose throughput, which the byte model does not
+    see (2x4 @ 200 Mbit/s, 64 MiB all_gather: 52% of the link bound at K=1,
+    68% at K=4, 82% at K=32; but at 1 Gbit/s, where the CPU is the limit,
+    K=4 beat K=32); the engine sets it to 0.1 s of NIC time for gloo."""
+
+    chunks: int | None = None
+    min_chunk_bytes: int = 512 * 1024
+    max_chunks: int = 32
+    native_margin: float = 0.05
+    ring_ops: tuple[str, ...] = ()
+    host_impl: str = ""
+    max_chunk_bytes: int | None = None
+    params: CostParams = field(default_factory=CostParams)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One algorithm's predicted seconds for a call (`chunks`: its K)."""
+
+    algo: str
+    seconds: float
+    chunks: int = 1
+
+
+Builder = Callable[[str, Topology, int, PlannerConfig, int], "Plan | None"]
+Predictor = Callable[[str, Topology, int, int, PlannerConfig], "Prediction | None"]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    summary: str
+    build: Builder
+    predict: Predictor
+    chunked: bool = False
+    fallback: str | None = None  # what runs where build gives None (e.g. ho_ring -> ring)
+    cannot: str = ""  # says why build gives None, for the fallback's reason
+
+    def unit(self, collective: str, topo: Topology, cfg: PlannerConfig, chunks: int) -> Plan | None:
+        """The size-generic unit (hocc.plan.shapes) with K = chunks (1 for
+        unchunked algorithms), or None: a chunked algorithm whose K the model
+        picks per size, or one that cannot run on topo."""
+        if self.chunked and cfg.chunks is None:
+            return None
+        k = chunks if self.chunked else 1
+        return self.build(collective, topo, k, cfg, k)
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algo: Algorithm) -> Algorithm:
+    if algo.name in _REGISTRY or algo.name == "auto":
+        raise ValueError(f"algorithm {algo.name!r} is registered already (or reserved)")
+    if algo.fallback is not None and algo.fallback not in _REGISTRY:
+        raise ValueError(f"{algo.name}'s fallback {algo.fallback!r} must be registered first")
+    _REGISTRY[algo.name] = algo
+    return algo
+
+
+def algorithm(name: str) -> Algorithm:
+    """The registered algorithm `name`; a clear error for any other."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algo {name!r}; expected one of {(*names(), 'auto')}")
+    return _REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Registered algorithms, in registration order (the call check's codes)."""
+    return tuple(_REGISTRY)

@@ -1,0 +1,97 @@
+"""The algorithm registry (hocc.plan.registry): a new algorithm is one module
+and one registration, and then the planner, auto, config, hocc-bench's CLI,
+the call check and the engine all know it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import hocc
+from hocc.bench.cli import build_parser, spec_from_args
+from hocc.config import algo_choices
+from hocc.engine.agreement import _algo_code
+from hocc.plan import Algorithm, PlannerConfig, Prediction, make_plan, names, register
+from hocc.plan import registry as reg
+from hocc.plan.planner import predict_all
+from hocc.plan.ring import build_ring
+from hocc.plan.types import Plan
+from hocc.topology import Topology, parse_spec
+from tests.worlds import run_world
+
+
+def _build(collective: str, topo: Topology, count: int, cfg: PlannerConfig, chunks: int) -> Plan:
+    """A ring over every rank in rank order: the flat ring under another name."""
+    return replace(build_ring(collective, topo.restrict(range(topo.world_size)), count), algo="rank_ring")
+
+
+def _predict(collective: str, topo: Topology, count: int, elem_size: int, cfg: PlannerConfig) -> Prediction:
+    return Prediction("rank_ring", 1e-9)  # claims to beat everything, so auto must pick it
+
+
+RANK_RING = Algorithm("rank_ring", "a test algorithm", _build, _predict)
+
+
+@contextmanager
+def registered(algo: Algorithm) -> Iterator[None]:
+    register(algo)
+    try:
+        yield
+    finally:
+        reg._REGISTRY.pop(algo.name)
+
+
+def test_the_built_ins_are_registered_in_order() -> None:
+    assert names() == ("native", "ring", "ho_ring")
+    assert reg.algorithm("ho_ring").chunked and reg.algorithm("ho_ring").fallback == "ring"
+    with pytest.raises(ValueError, match="registered already"):
+        register(Algorithm("ring", "again", _build, _predict))
+    with pytest.raises(ValueError, match=r"unknown algo 'tree'.*native.*ring.*ho_ring"):
+        make_plan("all_reduce", 8, 4, parse_spec("2x2"), "tree")
+
+
+def test_one_registration_reaches_every_reader() -> None:
+    topo = parse_spec("2x2")
+    with registered(RANK_RING):
+        assert names()[-1] == "rank_ring" and "rank_ring" in algo_choices()
+        assert _algo_code("rank_ring") == 3 and _algo_code("nonsense") == 4  # agreed by index, others apart
+        assert "rank_ring" in predict_all("all_reduce", 1000, 4, topo)
+        assert make_plan("all_reduce", 1000, 4, topo, "auto").algo == "rank_ring"  # auto weighs it too
+        plan = make_plan("reduce_scatter", 10, 4, topo, "rank_ring")
+        assert plan.algo == "rank_ring" and plan.predicted_s == pytest.approx(1e-9)
+        args = build_parser().parse_args(["--algo", "native,rank_ring"])
+        assert spec_from_args(args).algos == ("native", "rank_ring")
+    assert "rank_ring" not in algo_choices()
+    with pytest.raises(SystemExit, match="unknown algo 'rank_ring'"):
+        spec_from_args(build_parser().parse_args(["--algo", "rank_ring"]))
+
+
+def _body(rank: int, world: int) -> None:
+    register(RANK_RING)  # every rank registers the same algorithms, in the same order
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        t = torch.arange(12, dtype=torch.float32) + rank
+        if coll == "all_reduce":
+            want = t.clone()
+            dist.all_reduce(want)
+            hocc.all_reduce(t, algo="rank_ring")
+            got = t
+        elif coll == "reduce_scatter":
+            got, want = torch.empty(6), torch.empty(6)
+            dist.reduce_scatter_tensor(want, t)
+            hocc.reduce_scatter_tensor(got, t, algo="rank_ring")
+        else:
+            got, want = torch.empty(12 * world), torch.empty(12 * world)
+            dist.all_gather_into_tensor(want, t)
+            hocc.all_gather_into_tensor(got, t, algo="rank_ring")
+        assert torch.equal(got, want), (coll, got, want)
+        last = hocc.last_plan()
+        assert last is not None and last.algo == "rank_ring", last
+
+
+def test_a_registered_algorithm_runs_through_the_engine() -> None:
+    run_world(2, _body, timeout_s=120)
