@@ -1,5 +1,7 @@
-"""The per-rank bodies of the multi-process tests: every op x algo x dtype x
-reduction op x size, each compared with torch.distributed's own result."""
+"""What the correctness tests share: reduction-op tables, inputs that keep
+every op exact or well scaled, tolerances per dtype, a reference reduction,
+and the per-rank bodies of the multi-process tests (every op x algo x dtype x
+reduction op x size, each compared with torch.distributed's own result)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,29 @@ ALL_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MIN, dist.ReduceO
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64,
           torch.uint8)
 SIZES = (1, 13, 1031)  # one, a prime below the world size's multiples, a large prime
+OP_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MIN: "min",
+            dist.ReduceOp.MAX: "max", dist.ReduceOp.PRODUCT: "product"}
+OP_BY_NAME = {name: op for op, name in OP_NAMES.items()}
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """rtol = atol for a float result against a float64 reference (half precision
+    rounds each partial sum); 0 for integers, which must match exactly."""
+    if dtype not in FLOAT_DTYPES:
+        return 0.0
+    return {torch.float16: 2e-2, torch.bfloat16: 8e-2}.get(dtype, 1e-5)
+
+
+def expected(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
+    """The reduction of `xs` by op name, in float64."""
+    stack = torch.stack([x.double() for x in xs])
+    if op == "sum":
+        return stack.sum(0)
+    if op == "avg":
+        return stack.sum(0) / len(xs)
+    if op == "product":
+        return stack.prod(0)
+    return stack.amax(0) if op == "max" else stack.amin(0)
 
 
 def ops_for(dtype: torch.dtype) -> tuple[dist.ReduceOp, ...]:
@@ -34,7 +59,7 @@ def make(n: int, dtype: torch.dtype, gen: torch.Generator, op: dist.ReduceOp) ->
 
 def assert_match(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     if got.dtype in FLOAT_DTYPES:
-        tol = {torch.float16: 2e-2, torch.bfloat16: 8e-2}.get(got.dtype, 1e-5)
+        tol = tolerance(got.dtype)
         if not torch.allclose(got.double(), want.double(), rtol=tol, atol=tol):
             diff = (got.double() - want.double()).abs().max().item()
             raise AssertionError(f"{what}: max difference {diff}")

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from tests.cases import OP_BY_NAME
 from tests.worlds import run_world
 
 SIZES = (0, 1, 7, 1031)
@@ -20,8 +21,6 @@ SIZES = (0, 1, 7, 1031)
 OPS_OF = {np.float32: ("sum", "avg", "max", "min", "product"), np.float64: ("sum", "avg"),
           np.int32: ("sum", "product", "max"), np.int64: ("sum", "min")}
 DTYPES = tuple(OPS_OF)
-OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
-       "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}
 
 
 def values(rank: int, n: int, dtype: type, op: str, salt: int) -> np.ndarray:
@@ -33,7 +32,7 @@ def values(rank: int, n: int, dtype: type, op: str, salt: int) -> np.ndarray:
 def torch_all_reduce(x: np.ndarray, op: str, world: int) -> np.ndarray:
     """torch.distributed's result (gloo has no AVG: SUM, then divided)."""
     t = torch.from_numpy(x.copy())
-    dist.all_reduce(t, OPS["sum" if op == "avg" else op])
+    dist.all_reduce(t, OP_BY_NAME["sum" if op == "avg" else op])
     if op == "avg":
         t = t / world
     return t.numpy()
@@ -47,7 +46,7 @@ def check_collectives(rank: int, world: int) -> int:
                 x = values(rank, n, dtype, op, n)
                 want = torch_all_reduce(x, op, world)
                 buf = x.copy()
-                assert hocc.all_reduce(buf, OPS[op]) is None
+                assert hocc.all_reduce(buf, OP_BY_NAME[op]) is None
                 np.testing.assert_allclose(buf, want, rtol=1e-6, err_msg=f"all_reduce {dtype} {op} n={n}")
                 cases += 1
         for n in SIZES:

@@ -19,6 +19,7 @@ import torch
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.topology import parse_spec
+from tests.cases import assert_match, expected
 
 COUNTS = (0, 1, 7, 31)
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
@@ -38,17 +39,6 @@ def topologies(world: int) -> list[str]:
     return specs
 
 
-def expected(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
-    stack = torch.stack([x.double() for x in xs])
-    if op == "sum":
-        return stack.sum(0)
-    if op == "avg":
-        return stack.sum(0) / len(xs)
-    if op == "product":
-        return stack.prod(0)
-    return stack.amax(0) if op == "max" else stack.amin(0)
-
-
 def ops_for(dtype: torch.dtype) -> tuple[str, ...]:
     """Every op somewhere, not every op everywhere (tests/test_native.py sweeps them all)."""
     return {torch.float32: ("sum", "avg", "min"), torch.bfloat16: ("sum", "max"),
@@ -62,10 +52,7 @@ def inputs(world: int, n: int, dtype: torch.dtype, op: str, seed: int) -> list[t
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    want = want.to(got.dtype)
-    # avg in half precision rounds once, as torch's division does
-    tol = 1e-2 if got.dtype == torch.bfloat16 else 1e-6
-    assert torch.allclose(got.double(), want.double(), rtol=tol, atol=tol), f"{what}: {got[:8]} vs {want[:8]}"
+    assert_match(got, want.to(got.dtype), what)
 
 
 @pytest.mark.parametrize("world", [*range(1, 6), *(pytest.param(w, marks=pytest.mark.slow) for w in range(6, 10))])

@@ -17,11 +17,9 @@ from hocc.engine.dtypes import FLOAT_DTYPES
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.topology import parse_spec
-from tests.cases import DTYPES, assert_match, make, ops_for
+from tests.cases import DTYPES, OP_NAMES, assert_match, make, ops_for
 from tests.worlds import run_world
 
-OP_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MIN: "min",
-            dist.ReduceOp.MAX: "max", dist.ReduceOp.PRODUCT: "product"}
 TOPOLOGIES = ("2x4", "4x2", "2x4:scattered", "2x2x2", "3+5", "8")
 # (algo, forced K, ring_ops): ho_ring both with the transport's own collectives and with explicit rings
 VARIANTS = (("native", None, ()), ("ring", None, ()), ("ho_ring", 1, ()),
