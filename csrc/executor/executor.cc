@@ -56,7 +56,8 @@ std::vector<StepTiming> Executor::take_timings() {
 void Executor::inject_fault(int stage, const std::string& action) {
   if (action != "raise" && action != "kill" && action != "stop" && action != "exit" && action.rfind("run:", 0))
     throw Error("hocc: unknown fault '" + action + "'; use raise, kill, stop, exit or run:<command>");
-  fault_stage_ = stage, fault_action_ = action;
+  fault_action_ = action;
+  fault_stage_.store(stage);  // after the action: a lane that sees the stage sees its action
 }
 
 namespace {
@@ -71,9 +72,10 @@ std::string ranks_of(const GroupSlice& g) {
 
 void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
   const Step& s = *it.step;
-  if (s.stage == fault_stage_) {
+  // every lane thread checks; the one that disarms it fires it (atomic: lanes of other stages read it meanwhile)
+  int armed = fault_stage_.load();
+  if (s.stage == armed && fault_stage_.compare_exchange_strong(armed, -1)) {
     const std::string action = fault_action_;
-    fault_stage_ = -1;
     if (action == "kill") ::raise(SIGKILL);
     if (action == "stop") ::raise(SIGSTOP);
     if (action == "exit") std::_Exit(3);

@@ -18,6 +18,7 @@
 // is then aborted (Transport::abort) so that peers fail instead of waiting.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -97,7 +98,8 @@ class Executor {
   Transport& t_;
   std::vector<void*> streams_;  // one per stage, created on first use (the device's: it outlives them)
   bool trace_ = false;
-  int fault_stage_ = -1;
+  // armed by inject_fault between runs; read by every lane thread of a run, disarmed by the one that fires it
+  std::atomic<int> fault_stage_{-1};
   std::string fault_action_;
   std::vector<StepTiming> timings_;
   size_t keep_ = 0;
