@@ -91,6 +91,8 @@ def _body(rank: int, world: int) -> None:
         assert torch.equal(got, want), (coll, got, want)
         last = hocc.last_plan()
         assert last is not None and last.algo == "rank_ring", last
+    planned = hocc.plan_for("all_reduce", torch.empty(8), algo="auto")  # what auto would run, and why
+    assert planned.algo == "rank_ring" and planned.reason.startswith("auto, model: "), planned.reason
 
 
 def test_a_registered_algorithm_runs_through_the_engine() -> None:

@@ -172,7 +172,8 @@ class Engine:
         cfg = cfg or get_config()
         if algo == "auto":
             pick = self.tuner(cfg).peek(collective, count, elem_size, dtype)
-            return self.plans.get(collective, count, elem_size, pick.algo, pick.settings(self.settings(cfg))).plan
+            plan = self.plans.get(collective, count, elem_size, pick.algo, pick.settings(self.settings(cfg))).plan
+            return dataclasses.replace(plan, reason=f"auto, {pick.why}")
         return self._compiled(collective, count, elem_size, algo, cfg)[0].plan
 
     @property
