@@ -26,7 +26,7 @@ from tests.worlds import run_world
 
 
 def _build(collective: str, topo: Topology, count: int, cfg: PlannerConfig, chunks: int) -> Plan:
-    """A ring over every rank in rank order: the flat ring under another name."""
+    """The flat ring (host by host) under another name."""
     return replace(build_ring(collective, topo.restrict(range(topo.world_size)), count), algo="rank_ring")
 
 

@@ -33,7 +33,7 @@ from hocc.topology import Topology
 @dataclass(frozen=True)
 class PlannerConfig:
     """What every algorithm's builder and predictor read.
-    chunks: force HO-Ring's pipeline depth K (None: the cost model picks).
+    chunks: force a chunked algorithm's pipeline depth K (HO-Ring's; None: the cost model picks).
     min_chunk_bytes / max_chunks bound the K the cost model may pick.
     native_margin: auto leaves native only for a predicted gain above this.
     ring_ops: HO-Ring steps of these ops run as point-to-point rings instead of

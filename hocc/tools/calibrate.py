@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from hocc.plan.algorithms import price_ho_ring
 from hocc.plan.cost import CostParams, PlanCost, compile_plan
-from hocc.plan.native import build_native
-from hocc.plan.planner import PlannerConfig, predict_ho_ring, price_ho_ring
+from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import CPU_RING_OPS
-from hocc.plan.ring import build_ring, ring_tier
+from hocc.plan.registry import algorithm, names
 from hocc.topology import TIERS, Link, LinkModel, Topology, parse_spec
 
 ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
@@ -73,27 +73,33 @@ def per_rank_count(op: str, size: int, elem: int, world: int) -> int:
 
 def price(op: str, algo: str, count: int, elem: int, topo: Topology, cfg: PlannerConfig,
           chunks: int | None = None) -> tuple[PlanCost, int]:
-    """The compiled plan for one algorithm; ho_ring's K is `chunks`, or the
-    one the planner picks with `cfg`."""
-    if algo == "native":
-        return compile_plan(build_native(op, topo.world_size, count, ring_tier(topo)), topo, elem), 1
-    if algo == "ring":
-        return compile_plan(build_ring(op, topo, count), topo, elem), 1
-    if chunks is None:
-        pred = predict_ho_ring(op, topo, count, elem, cfg)
+    """The compiled plan of any registered algorithm, and its K: `chunks`, or
+    the one its predictor picks with `cfg` (1 for an unchunked one). HO-Ring is
+    priced from its one-chunk plan, without building the K-chunk one."""
+    alg = algorithm(algo)
+    if alg.chunked and chunks is None:
+        pred = alg.predict(op, topo, count, elem, cfg)
         if pred is None:
-            raise ValueError(f"ho_ring does not run on {topo.shape()}")
+            raise ValueError(f"{algo} does not run on {topo.shape()}: {alg.cannot}")
         chunks = pred.chunks
-    priced = price_ho_ring(op, topo, count, elem, cfg, chunks)
-    assert priced is not None
-    return priced[1], priced[0]
+    if algo == "ho_ring":
+        priced = price_ho_ring(op, topo, count, elem, cfg, chunks or 1)
+        assert priced is not None
+        return priced[1], priced[0]
+    k = chunks if alg.chunked and chunks is not None else 1
+    plan = alg.build(op, topo, count, cfg, k)
+    if plan is None:
+        raise ValueError(f"{algo} does not run on {topo.shape()}: {alg.cannot}")
+    return compile_plan(plan, topo, elem), k
 
 
-def load_samples(paths: Sequence[str | Path], algos: Sequence[str] = ("native", "ring", "ho_ring"),
+def load_samples(paths: Sequence[str | Path], algos: Sequence[str] | None = None,
                  ) -> list[Sample]:
     """Measured rows of hocc-bench JSON files (schema hocc-bench/1) whose
     meta names the topology (HOCC_TOPOLOGY spec); 'auto' rows are skipped
-    (they repeat whichever algorithm auto ran)."""
+    (they repeat whichever algorithm auto ran); `algos`: these only (default:
+    every registered algorithm)."""
+    algos = names() if algos is None else algos
     out: list[Sample] = []
     for path in paths:
         doc = json.loads(Path(path).read_text())
