@@ -137,7 +137,7 @@ def test_inter_host_bytes_match_the_design() -> None:
 
 
 @pytest.mark.parametrize("spec", ["2x4", "2x4:scattered", "4x2", "8x1", "3x5", "1x8", "2x2x2", "3x2x4",
-                                  "2x3x2:scattered", "4x1x3"])
+                                  "2x3x2:scattered", "4x1x3", "2x2x2@trunk=100gbit", "3x3x2@trunk=100gbit"])
 def test_uniform_grids_meet_the_closed_forms(spec: str) -> None:
     """The one builder on a uniform grid: every host's NIC and every switch's
     trunk carry exactly docs/algorithms.md's bytes (all_reduce 2(N-1)/N * S and
@@ -149,7 +149,7 @@ def test_uniform_grids_meet_the_closed_forms(spec: str) -> None:
     n_hosts, n_switches = len(infos), len(set(switch_of.values()))
     tiers = sum(1 for n in (max(len(h.ranks) for h in infos), n_hosts // n_switches, n_switches) if n > 1)
     for coll in COLLS:
-        block = 2 * 3 * 4 * 5 * 7  # divides every segment: no padding, exact ring parts
+        block = 2 * 3 * 4 * 5 * 7 * 9  # divides every segment: no padding, exact ring parts
         plan = build_ho_ring(coll, topo, block, 1)
         assert plan is not None and PAD_BLOCK not in plan.layout.order
         simulate(plan)

@@ -43,7 +43,8 @@ rank per switch) finish each (rank slot, host slot) pair. Each trunk then
 carries G_max H_max (M-1) blocks (M switches, H_max the widest switch's hosts)
 instead of the flat rails' G_max (N-1); where the padding costs more than it
 saves (e.g. switches of 3, 1 and 1 hosts), the flat rails over every host are
-kept: the builder prices both by their busiest link.
+kept: the builder prices both by their busiest link, then their busiest trunk
+(a tie goes to the tiered plan: on a uniform grid, the grid's own).
 """
 
 from __future__ import annotations
@@ -180,15 +181,17 @@ def _build(collective: str, tree: _Tree, world: int, count: int, chunks: int, ri
                       "padded": PAD_BLOCK in order})
 
 
-def _busiest(plan: Plan, topo: Topology) -> float:
-    """Seconds on the busiest NIC or trunk direction if every group ran alone at
-    line rate (the cost model's per-link bytes, hocc.plan.cost.step_load)."""
+def _busiest(plan: Plan, topo: Topology) -> tuple[float, float]:
+    """Seconds on the busiest NIC or trunk direction, then on the busiest trunk
+    direction, if every group ran alone at line rate (the cost model's per-link
+    bytes, hocc.plan.cost.step_load)."""
     load: Counter[tuple[str, str]] = Counter()
     for s in plan.steps:
         load.update(step_load(s, 1, topo)[0])
     rate = {"nic": topo.links.nic.bandwidth, "trunk": topo.links.trunk.bandwidth}
-    return max((v / rate[kind.split("_")[0]] for (kind, _), v in load.items() if kind.split("_")[0] in rate),
-               default=0.0)
+    secs = [(kind.split("_")[0], v / rate[kind.split("_")[0]]) for (kind, _), v in load.items()
+            if kind.split("_")[0] in rate]
+    return max((t for _, t in secs), default=0.0), max((t for k, t in secs if k == "trunk"), default=0.0)
 
 
 def build_rails(collective: str, topo: Topology, count: int, chunks: int,
@@ -202,5 +205,6 @@ def build_rails(collective: str, topo: Topology, count: int, chunks: int,
     trees = {"flat": (flat, ("host", "trunk", "trunk")), "tiered": (_Tree(switches), TIERS)}
     secs = {k: _busiest(_build(collective, t, topo.world_size, 1, 1, ring_ops, host_impl, tiers), topo)
             for k, (t, tiers) in trees.items()}
-    tree, tiers = trees["tiered" if secs["tiered"] < secs["flat"] else "flat"]
+    # a tie on the busiest link (the NICs, under a fast trunk) goes to the lighter trunk, then to the tiers
+    tree, tiers = trees["tiered" if secs["tiered"] <= secs["flat"] else "flat"]
     return _build(collective, tree, topo.world_size, count, chunks, ring_ops, host_impl, tiers)
