@@ -141,9 +141,11 @@ def _in_flight_body(rank: int, world: int) -> None:
     old = _engines(hg)
     n = 1 << 20
     want = float(sum(range(world)))
-    a = torch.full((n,), float(rank))
-    b = torch.full((n,), float(rank))
-    works = [hocc.all_reduce(a, async_op=True), dist.all_reduce(b, group=hg, async_op=True)]
+    # four queued on each engine: the first runs when the change comes, the others wait their turn, and
+    # all of them run on every rank (a closing engine drains its queue; refusing them failed the group)
+    xs = [torch.full((n,), float(rank)) for _ in range(8)]
+    works = [hocc.all_reduce(x, async_op=True) for x in xs[:4]]
+    works += [dist.all_reduce(x, group=hg, async_op=True) for x in xs[4:]]
     before = [hocc.last_plan(), hocc.last_plan(hg)]
     hocc.configure(topology="2x1")
     assert [hocc.last_plan(), hocc.last_plan(hg)] == before  # asking changes nothing
@@ -152,7 +154,7 @@ def _in_flight_body(rank: int, world: int) -> None:
     for w in works:
         assert w is not None
         w.wait()
-    assert torch.all(a == want) and torch.all(b == want)
+    assert all(torch.all(x == want) for x in xs)
     assert all(p is not None and {s.tier for s in p.steps} == {"host"} for p in before)
     assert _tiers() == _tiers(hg) == {"nic"}
     assert all(e.closed == "closed" for e in old)

@@ -192,6 +192,7 @@ class Engine:
         cfg = get_config()
         if self.failed is not None:
             raise self._failed_earlier(collective)
+        self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         dtype = dtype_name(inp.dtype)
         entry, trial = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
@@ -359,7 +360,8 @@ class Engine:
         closed or aborted engine, and keeps teardown from freeing the
         communicators under a run still in flight."""
         with self._lock:
-            self.check_usable(what)
+            if not (self.closed == "closed" and threading.get_ident() == self._worker_thread):
+                self.check_usable(what)  # a closing engine's worker still runs the calls queued before
             self._busy += 1
         try:
             yield
@@ -378,12 +380,19 @@ class Engine:
     def close(self) -> None:
         """Release everything this engine holds once the calls made before have
         ended: the worker thread, the gloo sub-groups, the shared-memory
-        segments and the buffers. Idempotent; later calls raise. Called on the
-        worker itself (a finalizer can run on any thread), it returns at once
-        and a thread of its own releases once the worker's call has ended."""
-        with self._lock:
+        segments and the buffers. Idempotent; later calls raise, calls queued
+        before still run (every rank runs them: a rank that refused one would
+        leave its peers waiting). Called on the worker itself, or where this
+        engine's lock is held (a finalizer can run on any thread, in any
+        collection), it returns at once and a thread of its own closes."""
+        if not self._lock.acquire(blocking=False):
+            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
+            return
+        try:
             if self.closed is None:
                 self.closed = "closed"
+        finally:
+            self._lock.release()
         if threading.get_ident() == self._worker_thread:  # the worker cannot wait for itself
             threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
             return
