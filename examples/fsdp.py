@@ -27,25 +27,13 @@ import argparse
 
 import torch
 import torch.distributed as dist
+from ddp import batch, make_model  # the same model and data as examples/ddp.py
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import hocc
-
-
-def make_model() -> nn.Sequential:
-    torch.manual_seed(0)  # the same initial parameters on every rank and in the reference
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
-
-
-def batch(rank: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's data: inputs x and targets y = a fixed linear map of x, plus noise."""
-    teacher = torch.randn(32, 4, generator=torch.Generator().manual_seed(7)) / 32**0.5
-    g = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(size, 32, generator=g)
-    return x, x @ teacher + 0.1 * torch.randn(size, 4, generator=g)
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, log: str = "") -> None:
