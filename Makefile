@@ -60,7 +60,8 @@ test: $(STAMP) lint sanitize
 SAN_DIR := build/sanitize
 SAN_SRCS := core/types.cc core/plan.cc core/call.cc kernels/reduce_cpu.cc device/cpu_device.cc \
 	transport/ring.cc transport/inproc.cc transport/shm.cc transport/group.cc executor/layout.cc \
-	executor/executor.cc tests/sanitize_main.cc
+	executor/executor.cc executor/call_queue.cc tests/sanitize_main.cc \
+	tests/call_queue_test.cc
 SAN_CXX ?= g++
 SAN_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -pthread -Wall -Icsrc
 SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -70,10 +71,10 @@ SAN_ENV_asan := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:chec
 SAN_ENV_tsan := TSAN_OPTIONS=second_deadlock_stack=1:halt_on_error=0
 SAN_BINS := $(SAN_DIR)/asan/hocc_sanitize $(SAN_DIR)/tsan/hocc_sanitize
 
-$(SAN_DIR)/asan/%.o: csrc/%.cc $(filter %.h,$(CSRC))
+$(SAN_DIR)/asan/%.o: csrc/%.cc $(filter %.h,$(CSRC)) csrc/tests/check.h
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(SAN_CXXFLAGS) $(SAN_FLAGS_asan) -c $< -o $@
-$(SAN_DIR)/tsan/%.o: csrc/%.cc $(filter %.h,$(CSRC))
+$(SAN_DIR)/tsan/%.o: csrc/%.cc $(filter %.h,$(CSRC)) csrc/tests/check.h
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(SAN_CXXFLAGS) $(SAN_FLAGS_tsan) -c $< -o $@
 $(SAN_DIR)/asan/hocc_sanitize: $(SAN_SRCS:%.cc=$(SAN_DIR)/asan/%.o)

@@ -33,6 +33,7 @@ SOURCES = [
     "csrc/transport/c10d.cc",
     "csrc/executor/layout.cc",
     "csrc/executor/executor.cc",
+    "csrc/executor/call_queue.cc",
     "csrc/python/bindings.cc",
 ]
 

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <map>
@@ -25,6 +26,7 @@
 #include "core/plan.h"
 #include "core/types.h"
 #include "device/device.h"
+#include "executor/call_queue.h"
 #include "executor/executor.h"
 #include "kernels/reduce_cpu.h"
 #include "transport/c10d.h"
@@ -173,6 +175,105 @@ class InProcRunner {
   std::vector<std::unique_ptr<Executor>> execs_;
 };
 
+// The engine's call queue (executor/call_queue.h) for hocc/engine/queue.py.
+// A plan run is pushed with everything it needs by value (the plan, executor
+// and tensors are kept alive on the Python side until the ticket is done) and
+// runs with no Python in it; only its failure calls back into Python, under
+// the GIL: on_error(ticket, message, mismatch). A Python callable is run
+// holding the GIL, and catches its own errors. on_done(completed) is called
+// after a ticket someone watch()ed.
+class PyCallQueue {
+ public:
+  PyCallQueue(py::function on_error, py::function on_done)
+      : on_error_(std::move(on_error)), on_done_(std::move(on_done)) {
+    q_ = std::make_unique<CallQueue>([this](uint64_t done) {
+      py::gil_scoped_acquire gil;
+      try {
+        on_done_(done);
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("hocc call queue: on_done");
+      }
+    });
+  }
+  ~PyCallQueue() {
+    py::gil_scoped_release nogil;  // the worker may be waiting for the GIL to end a Python item
+    q_.reset();
+  }
+
+  uint64_t push_run(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
+                    const std::string& op, std::optional<std::tuple<uint64_t, uint64_t, int64_t, std::string,
+                                                                    std::string>> call, int64_t seq) {
+    const DType t = parse_dtype(dtype);
+    const RedOp o = parse_op(op);
+    const bool average = op == "avg";
+    std::optional<CallId> id;
+    if (call) {
+      auto& [cseq, hash, count, collective, algo] = *call;
+      id = make_call_id(cseq, hash, count, collective, dtype, op, algo);
+    }
+    Executor* ex = &e;
+    const Plan* p = &plan;
+    return q_->push([this, ex, p, input, output, t, o, average, id, seq](uint64_t ticket) {
+      std::string error;
+      bool mismatch = false;
+      if (failed_.load(std::memory_order_acquire)) {
+        error = "the group failed earlier";  // on_error answers with the engine's own message
+      } else {
+        try {
+          ex->run(*p, {ptr(input), ptr(output), nullptr}, t, o, average, nullptr, id ? &*id : nullptr, seq);
+          return;
+        } catch (const MismatchError& x) {
+          error = x.what(), mismatch = true;
+        } catch (const std::exception& x) {
+          error = x.what();
+        }
+      }
+      py::gil_scoped_acquire gil;
+      try {
+        on_error_(ticket, error, mismatch);
+      } catch (py::error_already_set& x) {
+        x.discard_as_unraisable("hocc call queue: on_error");
+      }
+    });
+  }
+
+  uint64_t push_python(py::function fn) {
+    // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
+    std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    return q_->push([held](uint64_t) {
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)();
+      } catch (py::error_already_set& x) {
+        x.discard_as_unraisable("hocc call queue: a Python item");
+      }
+    });
+  }
+
+  int wait(uint64_t ticket, double timeout_s) {
+    py::gil_scoped_release nogil;
+    return q_->wait(ticket, timeout_s);
+  }
+  CallQueue& q() { return *q_; }
+  void mark_failed() { failed_.store(true, std::memory_order_release); }
+  void close() {
+    py::gil_scoped_release nogil;
+    q_->close();
+  }
+  void join() {
+    py::gil_scoped_release nogil;
+    q_->join();
+  }
+
+ private:
+  py::function on_error_, on_done_;
+  std::atomic<bool> failed_{false};
+  std::unique_ptr<CallQueue> q_;  // last: its worker stops before the callbacks go
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -290,6 +391,28 @@ PYBIND11_MODULE(_C, m) {
       .def("set_record", &Executor::set_record, py::arg("keep"),
            "keep the records of the latest `keep` runs (0: record nothing; core/record.h)")
       .def("records", &Executor::records, "the kept RunRecords, oldest first (also while a run goes)");
+
+  py::class_<PyCallQueue>(m, "CallQueue", "an engine's calls, run in order on one C++ thread (executor/call_queue.h)")
+      .def(py::init<py::function, py::function>(), py::arg("on_error"), py::arg("on_done"))
+      .def("push_run", &PyCallQueue::push_run, py::arg("executor"), py::arg("plan"), py::arg("input"),
+           py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
+           "queue Executor.run of `plan` (no Python runs for it unless it fails); returns its ticket")
+      .def("push_python", &PyCallQueue::push_python, py::arg("fn"), "queue fn() (run holding the GIL); its ticket")
+      .def("wait", &PyCallQueue::wait, py::arg("ticket"), py::arg("timeout_s") = -1.0,
+           "0: done, 1: dropped by cancel(), 2: timed out")
+      .def_property_readonly("completed", [](PyCallQueue& q) { return q.q().completed(); })
+      .def_property_readonly("pushed", [](PyCallQueue& q) { return q.q().pushed(); })
+      .def_property_readonly("idle", [](PyCallQueue& q) { return q.q().idle(); })
+      .def("dropped", [](PyCallQueue& q, uint64_t t) { return q.q().dropped(t); }, py::arg("ticket"))
+      .def("watch", [](PyCallQueue& q, uint64_t t) { return q.q().watch(t); }, py::arg("ticket"),
+           "call on_done once `ticket` is done; False if it already is")
+      .def("busy_for", [](PyCallQueue& q) { return q.q().busy_for(); }, "seconds the running item has run; 0: idle")
+      .def_property_readonly("on_worker", [](PyCallQueue& q) { return q.q().on_worker(); })
+      .def("mark_failed", &PyCallQueue::mark_failed, "plan runs not begun fail without running (the group failed)")
+      .def("close", &PyCallQueue::close, "run what is queued, then stop and join the worker")
+      .def("cancel", [](PyCallQueue& q, const std::string& why) { return q.q().cancel(why); }, py::arg("why"),
+           "drop what is not begun (tickets from the one returned on); the worker stops after its item")
+      .def("join", &PyCallQueue::join);
 
   py::class_<RunRecord, std::shared_ptr<RunRecord>>(m, "RunRecord",
                                                     "one run's steps and ring exchanges, as this rank ran them")

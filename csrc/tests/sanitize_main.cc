@@ -25,6 +25,8 @@
 //               shm + gloo shape), every wait mode
 //   shm fork    ShmComm's collectives across processes, and a member process
 //               that exits in the middle of a call
+//   call queue  the engine's queue (call_queue_test.cc): order, waits from
+//               other threads, watch, close and cancel while items run
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -56,32 +58,17 @@
 #include "kernels/reduce_cpu.h"
 #include "transport/group.h"
 #include "transport/inproc.h"
+#include "tests/check.h"
 #include "transport/shm.h"
 
 using namespace hocc;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::atomic<long> g_checks{0};
-std::atomic<long> g_failures{0};
-std::mutex g_out;
-
-void report_failure(const char* file, int line, const std::string& what) {
-  std::lock_guard<std::mutex> lk(g_out);
-  std::fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what.c_str());
-  std::fflush(stderr);
-  ++g_failures;
-}
-
-#define EXPECT(cond, what)                                               \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) report_failure(__FILE__, __LINE__, std::string(what)); \
-  } while (0)
-
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using hocc_test::Clock;
+using hocc_test::g_checks;
+using hocc_test::g_failures;
+using hocc_test::since;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -1148,6 +1135,7 @@ int main(int argc, char** argv) {
     inproc_faults();
     shm_threads();
     shm_faults();
+    hocc_test::call_queue_checks();
   } catch (const std::exception& e) {
     EXPECT(false, std::string("unexpected exception: ") + e.what());
   }

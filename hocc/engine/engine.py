@@ -2,9 +2,10 @@
 result, the same way on every device. The group (hocc.engine.group), the
 planner settings (hocc.plan.policy), the plan cache (hocc.engine.plans), the
 communicators (hocc.engine.comms: torch's gloo or NCCL sub-groups, shared
-memory on a host) and the C++ executor that runs every plan live here, and a
-single worker runs calls in the order they were made (every rank issues the
-same collectives in the same order, which keeps sub-group traffic matched).
+memory on a host) and the C++ executor that runs every plan live here, and
+one queue (hocc.engine.queue: a C++ worker thread) runs queued calls in the
+order they were made (every rank issues the same collectives in the same
+order, which keeps sub-group traffic matched).
 What differs between CPU and GPU lives behind the C++ device layer."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plans import Compiled, PlanCache
+from hocc.engine.queue import CallQueue, Ticket
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
@@ -77,10 +78,8 @@ class Engine:
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
         self._tuning_file = TuningFile(cfg.tuning_file) if cfg.tuning_file else None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hocc-engine")
-        self._worker_thread: int | None = None  # the worker's thread id, once it ran a call
+        self._queue = CallQueue(self._queued_run_failed, lambda: self._unusable("this call"))
         self._lock = threading.Lock()
-        self._outstanding = 0
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
         self._busy = 0  # runs in flight (worker or inline): teardown waits for them
         self._idle = threading.Condition(self._lock)
@@ -95,7 +94,7 @@ class Engine:
                                  self.executor)
         record_dump.register(self.recorder)
         self._peer_failure: str | None = None
-        self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed)
+        self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed, self._queue.busy_for)
 
     @property
     def group(self) -> dist.ProcessGroup | None:
@@ -202,7 +201,42 @@ class Engine:
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
         made = time.time_ns() if self.recorder.on else 0  # the flight recorder's enqueue time
+        if (async_op or not self._queue.idle) and self._plain(entry, trial, cfg):
+            return self._queue_run(entry, inp, out, reduce_op, call, cfg, made, async_op)
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, made, trial), [out], async_op)
+
+    def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
+        """Whether a call is the executor's run alone, with no Python around it on
+        the worker: a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace."""
+        return (self.device.type == "cpu" and trial is None and entry.setup.done and cfg.check != "all"
+                and not self.cfg.trace)
+
+    def _queue_run(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
+                   cfg: Config, made: int, async_op: bool) -> Work | None:
+        """A plain call (_plain) queued straight to the C++ worker; a failure comes
+        back through _queued_run_failed, on the worker."""
+        if made:  # noted now, on the caller: the worker runs no Python for this call
+            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
+                               entry, made)
+        native_call = call.native() if cfg.check != "off" else None
+        ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype_name(inp.dtype), reduce_op,
+                                      native_call, call.seq, (entry, call, cfg, inp, out))
+        work = Work(ticket, [out])
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def _queued_run_failed(self, ticket: Ticket, why: str, mismatch: bool) -> BaseException:
+        """The error a queued plain call raises (on the worker, holding the GIL)."""
+        entry, call, cfg, _, _ = ticket.context
+        if self.failed is not None:  # an earlier call failed the group (this one did not run)
+            return self._failed_earlier(call.collective)
+        c = load()
+        err = c.HoccMismatchError(why) if mismatch else c.HoccNativeError(why)
+        exc = self._fail(call, entry.groups, err, cfg.record_dir)
+        exc.__cause__ = err
+        return exc
 
     def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
                  cfg: Config, made: int, trial: Trial | None = None) -> None:
@@ -271,6 +305,7 @@ class Engine:
                "dist.new_group() again for a sub-group)")
         if self.failed is None:
             self.failed = msg
+            self._queue.mark_failed()  # queued runs fail without running
             self._abort_transport(msg)
             if self._peer_failure is None:
                 self.watchdog.publish(f"{call.describe()} failed: {why}")
@@ -321,37 +356,30 @@ class Engine:
         log.warning("hocc trace rank %d: %s: %s", self.rank, plan.summary(), parts)
 
     def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
-        """Run `job` after every earlier call of this engine; block unless async_op."""
+        """Run `job` after every earlier call of this engine (on the caller's
+        thread when it is sync and nothing is queued, else as a Python item on
+        the queue); block unless async_op."""
         stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-        with self._lock:
-            inline = not async_op and self._outstanding == 0
-            if not inline:
-                self._outstanding += 1
-        if inline:
+        if not async_op and self._queue.idle:
             with on_stream(stream):
                 job()
             return None
-        fut: Future[torch.cuda.Event | None] = self._worker.submit(self._run_job, job, stream)
-        work = Work(fut, result, stream)
+        work = Work(self._queue.push_python(lambda: self._run_job(job, stream)), result, stream)
         if async_op:
             return work
         work.wait()
         return None
 
-    def _run_job(self, job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
+    @staticmethod
+    def _run_job(job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
         """Run one queued call; on CUDA, return an event recorded after its kernels (Work waits on it)."""
-        self._worker_thread = threading.get_ident()
-        try:
-            with on_stream(stream):
-                job()
-                if stream is None:
-                    return None
-                done = torch.cuda.Event()
-                done.record(stream)
-                return done
-        finally:
-            with self._lock:
-                self._outstanding -= 1
+        with on_stream(stream):
+            job()
+            if stream is None:
+                return None
+            done = torch.cuda.Event()
+            done.record(stream)
+            return done
 
     # -- teardown ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -360,7 +388,7 @@ class Engine:
         closed or aborted engine, and keeps teardown from freeing the
         communicators under a run still in flight."""
         with self._lock:
-            if not (self.closed == "closed" and threading.get_ident() == self._worker_thread):
+            if not (self.closed == "closed" and self._queue.on_worker):
                 self.check_usable(what)  # a closing engine's worker still runs the calls queued before
             self._busy += 1
         try:
@@ -373,9 +401,12 @@ class Engine:
     def check_usable(self, what: str = "this call") -> None:
         """Raise if this engine was closed or aborted: its communicators are gone."""
         if self.closed is not None:
-            raise RuntimeError(f"hocc: {what} on group {self.info.name!r} cannot run: the group's hocc engine "
-                               f"was {self.closed}. Destroy the process group and init it again "
-                               "(torch.distributed.destroy_process_group, then init_process_group / new_group)")
+            raise self._unusable(what)
+
+    def _unusable(self, what: str) -> RuntimeError:
+        return RuntimeError(f"hocc: {what} on group {self.info.name!r} cannot run: the group's hocc engine "
+                            f"was {self.closed or 'closed'}. Destroy the process group and init it again "
+                            "(torch.distributed.destroy_process_group, then init_process_group / new_group)")
 
     def close(self) -> None:
         """Release everything this engine holds once the calls made before have
@@ -393,10 +424,10 @@ class Engine:
                 self.closed = "closed"
         finally:
             self._lock.release()
-        if threading.get_ident() == self._worker_thread:  # the worker cannot wait for itself
+        if self._queue.on_worker:  # the worker cannot wait for itself
             threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
             return
-        self._worker.shutdown(wait=True)
+        self._queue.close()  # runs what was queued before, then its worker ends
         self._release_when_idle()
 
     def abort(self, why: str) -> None:
@@ -411,9 +442,9 @@ class Engine:
             comms = self.comms
         if comms is not None:  # the transport's waits, then each backend's own abort (ncclCommAbort on NCCL)
             comms.abort(why)
-        self._worker.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            busy = self._busy > 0
+        self._queue.cancel(f"aborted ({why})")
+        with self._lock:  # a queued run still in flight ends soon: the comms' abort woke its waits
+            busy = self._busy > 0 or self._queue.busy_for() > 0 or self._queue.on_worker
         if busy:
             threading.Thread(target=self._release_when_idle, name="hocc-release", daemon=True).start()
         else:
@@ -424,6 +455,7 @@ class Engine:
         in flight: a closed engine can outlive its group (a caught error's
         traceback holds the frame that holds it), and gloo frees a group's
         threads and sockets only with the last reference."""
+        self._queue.join()  # its worker has ended the run it had (close or cancel stopped it)
         with self._lock:
             self._idle.wait_for(lambda: self._busy == 0)
             comms, self.comms = self.comms, None

@@ -19,10 +19,12 @@ from typing import Any
 
 
 class Watchdog:
-    def __init__(self, store: Any, key: str, rank: int, abort: Callable[[str], None], poll_s: float = 0.2) -> None:
+    def __init__(self, store: Any, key: str, rank: int, abort: Callable[[str], None],
+                 queued_busy_for: Callable[[], float] = lambda: 0.0, poll_s: float = 0.2) -> None:
         self.store, self.key, self.rank, self.abort = store, key, rank, abort
         self.poll_s = poll_s
-        self._since: float | None = None  # when the running call started
+        self._since: float | None = None  # when the running call started (one run by Python: begin/end)
+        self._queued_busy_for = queued_busy_for  # seconds the engine queue's plain run has run (0: none)
         self._publish: str | None = None
         self._fired = False
         self._wake = threading.Event()
@@ -63,7 +65,8 @@ class Watchdog:
                     pass
                 continue
             since = self._since
-            if self._fired or since is None or time.monotonic() - since < self.poll_s:
+            busy = time.monotonic() - since if since is not None else self._queued_busy_for()
+            if self._fired or busy < self.poll_s:
                 continue
             try:
                 if not self.store.check([self.key]):

@@ -6,9 +6,12 @@ import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from hocc.engine.queue import Ticket
 
 
 def on_stream(stream: Any) -> Any:
@@ -18,7 +21,8 @@ def on_stream(stream: Any) -> Any:
 
 class Work:
     """wait(), is_completed(), is_success(), exception() and get_future(), as c10d's
-    Work has them. An error in the collective is raised by wait().
+    Work has them. An error in the collective is raised by wait(). `fut` is the
+    engine queue's Ticket for the call (or, for then(), a Future).
 
     On CUDA the future's result is a CUDA event recorded after the call's
     kernels were enqueued (on the stream that was current at the call). As
@@ -28,7 +32,7 @@ class Work:
     then() continuation, a get_future() callback) runs on the call's stream,
     so it is ordered after the call's kernels whichever thread runs it."""
 
-    def __init__(self, fut: Future[Any], result: list[torch.Tensor], stream: Any = None) -> None:
+    def __init__(self, fut: Future[Any] | Ticket, result: list[torch.Tensor], stream: Any = None) -> None:
         self._fut = fut
         self._result = result
         self._stream = stream  # the call's CUDA stream; None on CPU
@@ -61,7 +65,7 @@ class Work:
         """A Work that completes once this one has and `after` has run."""
         fut: Future[Any] = Future()
 
-        def done(_: Future[Any]) -> None:
+        def done(_: Any) -> None:
             try:
                 self._fut.result()
                 with on_stream(self._stream):  # after the call's kernels, in that stream's order
@@ -87,7 +91,7 @@ class Work:
             devices = [self._stream.device] if self._stream is not None else None
             tf: torch.futures.Future[Any] = torch.futures.Future(devices=devices)
 
-            def done(f: Future[Any]) -> None:
+            def done(f: Any) -> None:
                 exc = f.exception()
                 if exc is not None:
                     tf.set_exception(exc)

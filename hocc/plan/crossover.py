@@ -57,8 +57,15 @@ class Pick:
     why: str
 
     def settings(self, base: PlannerConfig) -> PlannerConfig:
-        """The planner settings that build this pick's plan."""
-        return replace(base, chunks=self.chunks) if self.chunks is not None else base
+        """The planner settings that build this pick's plan (kept for the last `base`:
+        auto asks on every call, and the same object keeps the plan cache's lookup an `is`)."""
+        if self.chunks is None:
+            return base
+        last = self.__dict__.get("_settings")
+        if last is None or last[0] is not base:
+            last = (base, replace(base, chunks=self.chunks))
+            object.__setattr__(self, "_settings", last)
+        return last[1]
 
 
 def model_pick(collective: str, count: int, elem_size: int, topo: Topology, cfg: PlannerConfig) -> Pick:

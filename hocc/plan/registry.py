@@ -23,7 +23,7 @@ in the same order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from hocc.plan.cost import CostParams
 from hocc.plan.types import Plan
@@ -54,6 +54,18 @@ class PlannerConfig:
     host_impl: str = ""
     max_chunk_bytes: int | None = None
     params: CostParams = field(default_factory=CostParams)
+
+    def __hash__(self) -> int:
+        # computed once: the engine's plan cache hashes these on every call (the generated hash walks
+        # CostParams' fields each time, a few us a call)
+        h: int | None = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+#include "executor/call_queue.h"
+
+#include <chrono>
+
+#include "core/types.h"
+
+namespace hocc {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+CallQueue::CallQueue(std::function<void(uint64_t)> on_done) : s_(std::make_shared<State>()) {
+  s_->on_done = std::move(on_done);
+  worker_ = std::thread(&CallQueue::loop, s_);
+  worker_id_ = worker_.get_id();
+}
+
+CallQueue::~CallQueue() {
+  cancel("the queue was destroyed");
+  if (!on_worker()) {
+    join();
+    return;
+  }
+  {  // destroyed by its own item: the worker ends that item, then stops, telling no one
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->orphaned = true;
+  }
+  worker_.detach();
+}
+
+uint64_t CallQueue::push(Job job) {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  if (s_->stopping) throw Error("hocc: this engine's call queue is " + s_->why);
+  s_->jobs.push_back(std::move(job));
+  s_->work_cv.notify_one();
+  return s_->pushed++;
+}
+
+uint64_t CallQueue::pushed() const {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->pushed;
+}
+
+bool CallQueue::dropped(uint64_t ticket) const {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return ticket >= s_->dropped_from && ticket < s_->pushed;
+}
+
+std::string CallQueue::why_stopped() const {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->why;
+}
+
+CallQueue::Wait CallQueue::wait(uint64_t ticket, double timeout_s) {
+  std::unique_lock<std::mutex> lk(s_->mu);
+  auto ready = [&] { return completed() > ticket || ticket >= s_->dropped_from; };
+  if (timeout_s < 0) {
+    s_->done_cv.wait(lk, ready);
+  } else if (!s_->done_cv.wait_for(lk, std::chrono::duration<double>(timeout_s), ready)) {
+    return kTimedOut;
+  }
+  return completed() > ticket ? kDone : kDropped;
+}
+
+bool CallQueue::watch(uint64_t ticket) {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  if (completed() > ticket || ticket >= s_->dropped_from) return false;
+  if (ticket < s_->watch) s_->watch = ticket;
+  return true;
+}
+
+double CallQueue::busy_for() const {
+  const int64_t since = s_->running_since_ns.load(std::memory_order_relaxed);
+  return since == 0 ? 0.0 : double(steady_ns() - since) * 1e-9;
+}
+
+void CallQueue::close() {
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    if (!s_->stopping) s_->why = "closed";
+    s_->stopping = true;
+    s_->work_cv.notify_one();
+  }
+  join();
+}
+
+uint64_t CallQueue::cancel(const std::string& why) {
+  std::deque<Job> dropped;  // freed after the lock: a Python callable's job takes the GIL to let go of it
+  uint64_t first;
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    first = s_->pushed - s_->jobs.size();
+    if (!s_->jobs.empty() && first < s_->dropped_from) s_->dropped_from = first;
+    dropped.swap(s_->jobs);
+    if (s_->why.empty() || s_->why == "closed") s_->why = why;
+    s_->stopping = true;
+    s_->work_cv.notify_one();
+    s_->done_cv.notify_all();
+  }
+  return first;
+}
+
+void CallQueue::join() {
+  if (worker_.joinable() && !on_worker()) worker_.join();
+}
+
+void CallQueue::loop(std::shared_ptr<State> s) {
+  for (;;) {
+    Job job;
+    uint64_t ticket;
+    {
+      std::unique_lock<std::mutex> lk(s->mu);
+      s->work_cv.wait(lk, [&] { return !s->jobs.empty() || s->stopping; });
+      if (s->jobs.empty()) return;  // stopping, and nothing left to run
+      job = std::move(s->jobs.front());
+      s->jobs.pop_front();
+      ticket = s->completed.load(std::memory_order_relaxed);  // items run in ticket order
+      s->running_since_ns.store(steady_ns(), std::memory_order_relaxed);
+    }
+    try {
+      job(ticket);
+    } catch (...) {  // the bindings' jobs catch their own errors; this only keeps the worker alive
+    }
+    job = nullptr;
+    bool tell;
+    uint64_t done;
+    {
+      std::lock_guard<std::mutex> lk(s->mu);
+      s->running_since_ns.store(0, std::memory_order_relaxed);
+      done = s->completed.load(std::memory_order_relaxed) + 1;
+      s->completed.store(done, std::memory_order_release);
+      tell = s->watch < done && !s->orphaned;
+      if (tell) s->watch = UINT64_MAX;
+      s->done_cv.notify_all();
+    }
+    if (tell && s->on_done) s->on_done(done);
+  }
+}
+
+}  // namespace hocc

@@ -1,0 +1,152 @@
+// The engine's call queue (executor/call_queue.h) under the sanitizers: items
+// run once each, in order, with their own tickets; waits from other threads
+// see them done; watch() calls back; close() runs what is queued; cancel()
+// from another thread or from the worker drops what has not begun and never
+// loses or repeats the item that runs; a queue destroyed by its own item lets
+// that item end.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/types.h"
+#include "executor/call_queue.h"
+#include "tests/check.h"
+
+using hocc::CallQueue;
+
+namespace hocc_test {
+namespace {
+
+void order_and_waits() {
+  std::vector<uint64_t> ran;  // only the worker writes it
+  std::atomic<uint64_t> watched_done{0};
+  CallQueue q([&](uint64_t done) { watched_done.store(done); });
+  const uint64_t n = 2000;
+  std::vector<std::thread> waiters;
+  std::atomic<int> bad_waits{0};
+  for (int w = 0; w < 4; ++w)
+    waiters.emplace_back([&, w] {
+      for (uint64_t t = uint64_t(w) * 37; t < n; t += 97) {
+        while (q.pushed() <= t) std::this_thread::yield();
+        if (q.wait(t) != CallQueue::kDone || q.completed() <= t) ++bad_waits;
+      }
+    });
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t got = q.push([&ran, i](uint64_t ticket) { ran.push_back(ticket == i ? i : ~i); });
+    EXPECT(got == i, "push returns tickets in order: " + std::to_string(got) + " for " + std::to_string(i));
+  }
+  EXPECT(q.watch(n - 1) || q.completed() == n, "watch of a pending ticket is taken");
+  EXPECT(q.wait(n - 1) == CallQueue::kDone, "the last item ends");
+  for (auto& t : waiters) t.join();
+  EXPECT(bad_waits.load() == 0, std::to_string(bad_waits.load()) + " waits from other threads returned early");
+  EXPECT(ran.size() == n, "every item ran once: " + std::to_string(ran.size()));
+  bool in_order = true;
+  for (uint64_t i = 0; i < ran.size(); ++i) in_order = in_order && ran[i] == i;
+  EXPECT(in_order, "items ran in order, each with its own ticket");
+  for (int i = 0; i < 200 && watched_done.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT(watched_done.load() == n, "on_done told of the watched ticket");
+  EXPECT(!q.watch(0), "watch of a done ticket says so");
+  EXPECT(q.idle() && q.busy_for() == 0.0, "an empty queue is idle");
+}
+
+void timeouts_and_busy() {
+  std::atomic<bool> release{false};
+  CallQueue q;
+  const uint64_t t = q.push([&](uint64_t) {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT(q.wait(t, 0.02) == CallQueue::kTimedOut, "a wait with a timeout returns when the item is still running");
+  EXPECT(q.busy_for() > 0.0 && !q.idle(), "a running item shows as busy");
+  release.store(true);
+  EXPECT(q.wait(t, 5.0) == CallQueue::kDone, "and kDone once it ended");
+}
+
+void close_drains() {
+  std::atomic<int> ran{0};
+  CallQueue q;
+  for (int i = 0; i < 100; ++i)
+    q.push([&](uint64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ++ran;
+    });
+  q.close();
+  EXPECT(ran.load() == 100, "close() runs every queued item first: " + std::to_string(ran.load()));
+  bool refused = false;
+  try {
+    q.push([](uint64_t) {});
+  } catch (const hocc::Error& e) {
+    refused = std::string(e.what()).find("closed") != std::string::npos;
+  }
+  EXPECT(refused, "a closed queue refuses new items, saying so");
+}
+
+void cancel_drops(bool from_worker) {
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  CallQueue q;
+  const uint64_t first = q.push([&](uint64_t) {
+    if (from_worker) {
+      while (q.pushed() < 11) std::this_thread::yield();
+      EXPECT(q.cancel("stopped by its own item") == 1, "cancel from the worker drops from ticket 1");
+    }
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ++ran;
+  });
+  std::vector<uint64_t> later;
+  for (int i = 0; i < 10; ++i) later.push_back(q.push([&](uint64_t) { ran += 100; }));
+  std::atomic<int> dropped_waits{0};
+  std::thread waiter([&] {
+    for (uint64_t t : later) dropped_waits += q.wait(t) == CallQueue::kDropped;
+  });
+  if (!from_worker) {
+    while (q.busy_for() == 0.0) std::this_thread::yield();
+    EXPECT(q.cancel("aborted for the test") == 1, "cancel drops from the first item not begun");
+  }
+  waiter.join();
+  EXPECT(dropped_waits.load() == 10, "waits on dropped items return kDropped: " + std::to_string(dropped_waits.load()));
+  EXPECT(q.dropped(later.front()) && !q.dropped(first), "dropped() names the dropped tickets only");
+  release.store(true);
+  EXPECT(q.wait(first) == CallQueue::kDone, "the running item still ends as done");
+  q.join();
+  EXPECT(ran.load() == 1, "the running item ran once, no dropped one ran: " + std::to_string(ran.load()));
+  EXPECT(!q.why_stopped().empty(), "the queue says why it stopped");
+}
+
+void destroy_with_items() {
+  std::atomic<int> ran{0};
+  {
+    CallQueue q;
+    for (int i = 0; i < 50; ++i) q.push([&](uint64_t) { ++ran; });
+  }  // the destructor drops what has not begun and joins
+  EXPECT(ran.load() <= 50, "a destroyed queue ran no item twice");
+}
+
+void destroyed_by_its_item() {
+  std::atomic<bool> finished{false};
+  auto* q = new CallQueue([](uint64_t) {});
+  q->push([&, q](uint64_t) {
+    delete q;  // the last owner let go from inside an item (a Python object freed on the worker)
+    finished.store(true);
+  });
+  for (int i = 0; i < 2000 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT(finished.load(), "an item that destroys its own queue runs to its end");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the detached worker ends by itself
+}
+
+}  // namespace
+
+void call_queue_checks() {
+  const auto t0 = Clock::now();
+  order_and_waits();
+  timeouts_and_busy();
+  close_drains();
+  cancel_drops(false);
+  cancel_drops(true);
+  destroy_with_items();
+  destroyed_by_its_item();
+  std::printf("  call queue: order, waits from threads, watch, close, cancel (%.1f s)\n", since(t0));
+}
+
+}  // namespace hocc_test

@@ -1,0 +1,198 @@
+"""An engine's queue of calls: one C++ worker thread runs them in the order
+they were made (csrc/executor/call_queue.h).
+
+A plan run goes from the caller to the executor with no Python in between
+(push_run): an async call through a Python worker thread paid a handoff
+under the GIL on every call, about 100 us on one rank where the call itself
+costs 25 us. What needs Python on the worker (a tuning trial, a plan's first
+set-up, HOCC_CHECK=all, trace, a GPU call's stream and event) is a Python
+item on the same queue (push_python), so there is one order. Each item has a
+Ticket: the future its Work waits on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from hocc.executor import load
+
+log = logging.getLogger("hocc")
+
+_DONE, _DROPPED, _TIMED_OUT = 0, 1, 2  # CallQueue::Wait
+
+
+class Ticket:
+    """One queued item's outcome: the part of concurrent.futures.Future that
+    hocc.engine.work.Work uses (result, done, exception, add_done_callback)."""
+
+    __slots__ = ("_exc", "_queue", "_result", "context", "n")
+
+    def __init__(self, queue: CallQueue, context: Any) -> None:
+        self._queue = queue
+        self.n = -1  # the item's ticket number, once pushed
+        self.context = context  # what the run reads (tensors, plan) and what a failure names: kept until done
+        self._result: Any = None
+        self._exc: BaseException | None = None
+
+    def done(self) -> bool:
+        c = self._queue.native
+        return self._exc is not None or c.completed > self.n or c.dropped(self.n)
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._exc is None:
+            state = self._queue.native.wait(self.n, -1.0 if timeout is None else timeout)
+            if state == _TIMED_OUT:
+                raise TimeoutError(f"hocc: the call did not end within {timeout} s")
+            if state == _DROPPED and self._exc is None:
+                self._exc = self._queue.dropped_error()
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the item's own error, handed back as a Future does
+            return e
+        return None
+
+    def add_done_callback(self, fn: Callable[[Ticket], None]) -> None:
+        """fn(self) once done: at once if it is, else on the worker right after the item."""
+        if self._queue.later(self, fn):
+            return
+        fn(self)
+
+
+def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A function calling `method` while its object lives: the C++ queue holds its callbacks
+    where the garbage collector cannot see them, so they must not keep the engine alive."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        m = ref()
+        return m(*args) if m is not None else None
+
+    return call
+
+
+class CallQueue:
+    """on_failed(ticket, message, mismatch) -> the exception a failed plan run
+    raises (called on the worker, holding the GIL); dropped_error() -> the
+    exception of an item cancel() dropped."""
+
+    def __init__(self, on_failed: Callable[[Ticket, str, bool], BaseException],
+                 dropped_error: Callable[[], BaseException]) -> None:
+        self._on_failed = on_failed
+        self.dropped_error = dropped_error
+        self.native = load().CallQueue(_weakly(self._failed), _weakly(self._done))
+        self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
+        self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running."""
+        return bool(self.native.idle)
+
+    @property
+    def on_worker(self) -> bool:
+        return bool(self.native.on_worker)
+
+    def busy_for(self) -> float:
+        return float(self.native.busy_for())
+
+    def push_run(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
+                 call: tuple[int, int, int, str, str] | None, seq: int, context: Any) -> Ticket:
+        """Executor.run of `plan` on the worker; `context` (which must hold the
+        tensors and the plan) is kept until it is done."""
+        t = Ticket(self, context)
+        with self._lock:
+            self._forget_done()
+            t.n = self.native.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq)
+            self._pending.append(t)
+        return t
+
+    def push_python(self, fn: Callable[[], Any], context: Any = None) -> Ticket:
+        """fn() on the worker: its value is the ticket's result, its exception the ticket's."""
+        t = Ticket(self, context)
+
+        def item() -> None:
+            try:
+                t._result = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                t._exc = e
+
+        with self._lock:
+            self._forget_done()
+            t.n = self.native.push_python(item)
+            self._pending.append(t)
+        return t
+
+    def _forget_done(self) -> None:
+        done = self.native.completed
+        while self._pending and self._pending[0].n < done:
+            self._pending.popleft()
+
+    # -- on the worker, holding the GIL --------------------------------------------
+    def _failed(self, n: int, message: str, mismatch: bool) -> None:
+        with self._lock:
+            t = next((p for p in self._pending if p.n == n), None)
+        if t is not None:
+            t._exc = self._on_failed(t, message, mismatch)
+
+    def _done(self, completed: int) -> None:
+        self._run_callbacks(lambda n: n < completed)
+
+    def _run_callbacks(self, ready: Callable[[int], bool]) -> None:
+        with self._lock:
+            due = [n for n in self._callbacks if ready(n)]
+            calls = [c for n in sorted(due) for c in self._callbacks.pop(n)]
+            while self._callbacks:  # re-arm for the lowest ticket still awaited
+                n = min(self._callbacks)
+                if self.native.watch(n):
+                    break
+                calls.extend(self._callbacks.pop(n))  # done meanwhile
+        for t, fn in calls:
+            try:
+                fn(t)
+            except Exception:
+                log.exception("hocc: a callback of a finished call raised")
+
+    def later(self, t: Ticket, fn: Callable[[Ticket], None]) -> bool:
+        """Keep fn for when t is done; False if t already is (the caller runs fn)."""
+        with self._lock:
+            if t._exc is not None or not self.native.watch(t.n):
+                return False
+            self._callbacks.setdefault(t.n, []).append((t, fn))
+            return True
+
+    # -- teardown ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Run what is queued, then stop the worker (not from the worker itself)."""
+        self.native.close()
+        with self._lock:
+            self._forget_done()
+
+    def cancel(self, why: str) -> None:
+        """Drop what has not begun (each raises dropped_error()); the worker stops after its item."""
+        first = self.native.cancel(why)
+        with self._lock:
+            dropped = [t for t in self._pending if t.n >= first]
+        for t in dropped:
+            if t._exc is None:
+                t._exc = self.dropped_error()
+        self._run_callbacks(lambda n: n >= first)
+
+    def join(self) -> None:
+        """Wait for the worker to stop (after close or cancel); not from the worker itself."""
+        self.native.join()
+
+    def mark_failed(self) -> None:
+        """Plan runs not yet begun fail without running (on_failed answers for them)."""
+        self.native.mark_failed()

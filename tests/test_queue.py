@@ -1,0 +1,156 @@
+"""The engine's call queue (hocc/engine/queue.py, csrc/executor/call_queue.h):
+queued calls run in the order they were made whether they run with no Python
+(a plain plan run) or as a Python item; a queued run's failure reaches every
+rank, and the calls queued after it fail without touching their tensors; an
+abort drops what has not begun; the watchdog ends a queued run that waits on
+a healthy peer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import hocc
+from hocc.engine.registry import find_engine
+from tests.worlds import hocc_env, run_world
+
+CPU = torch.device("cpu")
+
+
+def _engine() -> Any:
+    e = find_engine(dist.group.WORLD, CPU)
+    assert e is not None
+    return e
+
+
+def _count_pushes(engine: Any) -> dict[str, int]:
+    """How many calls took each way onto the queue (the real methods still run)."""
+    counts = {"push_run": 0, "push_python": 0}
+    for name in counts:
+        real = getattr(engine._queue, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            counts[_name] += 1
+            return _real(*args, **kw)
+
+        setattr(engine._queue, name, spy)
+    return counts
+
+
+def _in_order_body(rank: int, world: int) -> None:
+    sizes = (1, 7, 1000, 4099)  # tiny frames, a ring of a few elements, a few pieces
+    for n in sizes:  # set-up of every plan these calls use, done on the caller's thread
+        hocc.all_reduce(torch.ones(n))
+        hocc.all_gather_into_tensor(torch.empty(n * world), torch.ones(n))
+        hocc.reduce_scatter_tensor(torch.empty(n), torch.ones(n * world))
+    counts = _count_pushes(_engine())
+    calls: list[tuple[Any, torch.Tensor, torch.Tensor]] = []
+    checked_all = 0
+    for i in range(48):
+        n = sizes[i % len(sizes)]
+        if i % 11 == 5:  # HOCC_CHECK=all needs Python on the worker: a Python item between plain runs
+            hocc.configure(check="all")
+            checked_all += 1
+        kind = i % 3
+        if kind == 0:
+            t = torch.full((n,), float(rank + i))
+            w = hocc.all_reduce(t, async_op=True)
+            want = torch.full((n,), float(sum(r + i for r in range(world))))
+        elif kind == 1:
+            t = torch.empty(n * world)
+            w = hocc.all_gather_into_tensor(t, torch.full((n,), float(rank * 100 + i)), async_op=True)
+            want = torch.cat([torch.full((n,), float(r * 100 + i)) for r in range(world)])
+        else:
+            t = torch.empty(n)
+            inp = torch.cat([torch.full((n,), float(rank + j + i)) for j in range(world)])
+            w = hocc.reduce_scatter_tensor(t, inp, async_op=True)
+            want = torch.full((n,), float(sum(r + rank + i for r in range(world))))
+        hocc.configure(check="comm")
+        calls.append((w, t, want))
+        if i == 30:  # a sync call behind queued ones waits its turn
+            s = torch.full((5,), float(rank))
+            hocc.all_reduce(s)
+            assert torch.all(s == sum(range(world)))
+            assert all(c[0].is_completed() for c in calls), "a sync call returned before the calls queued before it"
+    for i, (w, t, want) in enumerate(calls):
+        assert w.wait()
+        assert torch.equal(t, want), (i, t[:4], want[:4])
+        if i:
+            assert calls[i - 1][0].is_completed()
+    assert counts["push_python"] == checked_all, counts
+    plain = len(calls) - checked_all  # and the sync call, if it found calls still queued
+    assert counts["push_run"] in (plain, plain + 1), counts
+
+
+@pytest.mark.parametrize("host", ["shm", "net"])
+def test_queued_calls_run_in_order(host: str) -> None:
+    run_world(3, _in_order_body, env=hocc_env("3", host))
+
+
+def _failure_body(rank: int, world: int) -> None:
+    # ring: every wait is a point-to-point one that an abort wakes (a rank inside gloo's own all-reduce
+    # waits for the group's timeout, docs/failures.md)
+    hocc.configure(algo="ring")
+    hocc.all_reduce(torch.ones(1000))
+    a, b, c = torch.ones(1000), torch.ones(1000 if rank != 1 else 999), torch.ones(1000)
+    start = time.monotonic()
+    works = [hocc.all_reduce(t, async_op=True) for t in (a, b, c)]
+    assert works[0].wait() and torch.all(a == world)
+    with pytest.raises(hocc.CollectiveError, match="disagree"):
+        works[1].wait()
+    with pytest.raises(hocc.CollectiveError, match="failed earlier"):
+        works[2].wait()
+    assert torch.all(c == 1.0), "a call queued after the failure touched its tensor"
+    assert works[1].exception() is not None and not works[1].is_success()
+    assert time.monotonic() - start < 20, "the ranks waited for a timeout instead of seeing the mismatch"
+    with pytest.raises(hocc.CollectiveError, match="failed earlier"):
+        hocc.all_reduce(torch.ones(3))
+    dist.barrier()  # nobody leaves (closing its connections) before every rank has heard why
+
+
+def test_a_queued_failure_reaches_every_rank() -> None:
+    run_world(3, _failure_body, env=hocc_env("3", "net"), timeout_s=60)
+
+
+def _watchdog_body(rank: int, world: int) -> None:
+    hocc.configure(algo="ring")  # point-to-point waits, which an abort wakes
+    x = torch.full((4096,), float(rank))
+    hocc.all_reduce(x.clone())
+    if rank == 2:  # fails before it sends a byte: its ring successor waits on a healthy rank
+        _engine().inject_fault(0, "raise")
+    start = time.monotonic()
+    before = x.clone()
+    w = hocc.all_reduce(x, async_op=True)
+    with pytest.raises(hocc.CollectiveError):
+        w.wait()
+    took = time.monotonic() - start
+    assert took < 15, f"rank {rank} waited {took:.1f} s: the watchdog did not end the queued run"
+    assert torch.equal(x, before), f"rank {rank}'s tensor changed in a failed call"
+
+
+def test_the_watchdog_ends_a_queued_run() -> None:
+    run_world(3, _watchdog_body, env=hocc_env("3", "net"), timeout_s=60)
+
+
+def _abort_body(rank: int, world: int) -> None:
+    hocc.all_reduce(torch.ones(1000))
+    dist.barrier()
+    if rank == 0:  # rank 1 never joins these: the first waits on it, the rest wait in the queue
+        ts = [torch.ones(1000) for _ in range(4)]
+        works = [hocc.all_reduce(t, async_op=True) for t in ts]
+        time.sleep(0.3)
+        _engine().abort("aborted by the test")
+        for w in works:
+            with pytest.raises(RuntimeError, match="abort"):
+                w.wait()
+        assert all(torch.all(t == 1.0) for t in ts[1:]), "a dropped call touched its tensor"
+        assert all(not w.is_success() for w in works)
+    dist.barrier()
+
+
+def test_abort_drops_queued_calls() -> None:
+    run_world(2, _abort_body, env=hocc_env("2", "net"), timeout_s=60)
