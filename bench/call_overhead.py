@@ -7,6 +7,9 @@ rank's per-call times, the slowest rank reported.
     OMP_NUM_THREADS=1 .venv/bin/python bench/call_overhead.py --nprocs 8
     .venv/bin/python bench/call_overhead.py --nprocs 8 --record-ab               # the flight recorder on / off
     .venv/bin/python bench/call_overhead.py --nprocs 8 --record-ab --bytes 67108864 --calls 2 --rounds 4
+    sudo .venv/bin/python bench/cluster.py 2x4 --script bench/call_overhead.py -- --calls 300   # real hosts' links
+
+Under a launcher (RANK and WORLD_SIZE set: torchrun, bench/cluster.py --script) each process is one rank.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def _measure(way: str, async_op: bool, calls: int, t: torch.Tensor) -> float:
 def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, nbytes: int, record_ab: bool,
           swap: bool) -> None:
     global _no_record_group, _record_group
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # set already under a launcher (bench/cluster.py --script)
+    os.environ.setdefault("MASTER_PORT", str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     t = torch.ones(max(nbytes // 4, 1))
     ways = WAYS + (NO_RECORD if record_ab else ())
@@ -120,6 +124,10 @@ def main() -> None:
     p.add_argument("--swap", action="store_true", help="with --record-ab: the recorder on in the copy, off in the "
                                                         "world (to tell the recorder from the group)")
     a = p.parse_args()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # one rank of a launcher's (torchrun, bench/cluster.py)
+        _rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, a.calls, a.rounds, a.json, a.bytes,
+              a.record_ab, a.swap)
+        return
     mp.spawn(_rank, args=(a.nprocs, free_port(), a.calls, a.rounds, a.json, a.bytes, a.record_ab, a.swap),
              nprocs=a.nprocs, join=True)
 

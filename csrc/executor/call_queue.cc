@@ -1,5 +1,7 @@
 #include "executor/call_queue.h"
 
+#include <cxxabi.h>
+
 #include <chrono>
 
 #include "core/types.h"
@@ -30,7 +32,8 @@ CallQueue::~CallQueue() {
     std::lock_guard<std::mutex> lk(s_->mu);
     s_->orphaned = true;
   }
-  worker_.detach();
+  std::lock_guard<std::mutex> lk(join_mu_);
+  if (worker_.joinable()) worker_.detach();
 }
 
 uint64_t CallQueue::push(Job job) {
@@ -106,10 +109,16 @@ uint64_t CallQueue::cancel(const std::string& why) {
 }
 
 void CallQueue::join() {
-  if (worker_.joinable() && !on_worker()) worker_.join();
+  if (on_worker()) return;  // the worker cannot wait for itself
+  std::lock_guard<std::mutex> lk(join_mu_);  // a second caller waits here for the first one's join
+  if (worker_.joinable()) worker_.join();
 }
 
 void CallQueue::loop(std::shared_ptr<State> s) {
+  struct Ended {  // however the loop is left (a forced unwind at interpreter exit included)
+    State& s;
+    ~Ended() { s.ended.store(true, std::memory_order_release); }
+  } ended{*s};
   for (;;) {
     Job job;
     uint64_t ticket;
@@ -124,6 +133,8 @@ void CallQueue::loop(std::shared_ptr<State> s) {
     }
     try {
       job(ticket);
+    } catch (abi::__forced_unwind&) {  // the thread is being ended (pthread_exit): let it go
+      throw;
     } catch (...) {  // the bindings' jobs catch their own errors; this only keeps the worker alive
     }
     job = nullptr;

@@ -48,13 +48,14 @@ class CallQueue {
   bool watch(uint64_t ticket);
   // seconds the running item has run (0: none runs): the watchdog's "a call is in flight"
   double busy_for() const;
-  bool on_worker() const { return std::this_thread::get_id() == worker_id_; }
-  // Run what is queued, then stop the worker and join it (not from the worker itself)
+  // on the worker thread, while it runs (a thread id is reused once its thread has ended)
+  bool on_worker() const { return !s_->ended.load(std::memory_order_acquire) && std::this_thread::get_id() == worker_id_; }
+  // Run what is queued, then stop the worker and join it (from the worker itself: no join)
   void close();
   // Drop what is not begun (their tickets: [first, pushed)), stop after the running item; returns first.
   // Does not join (the caller may be the worker): join() does.
   uint64_t cancel(const std::string& why);
-  void join();
+  void join();  // any number of threads at once; returns at once on the worker itself
   std::string why_stopped() const;
 
  private:
@@ -71,12 +72,14 @@ class CallQueue {
     std::atomic<int64_t> running_since_ns{0};  // steady clock; 0: idle
     bool stopping = false;                     // close(): stop once empty; cancel(): at once
     bool orphaned = false;                     // the queue is gone: tell nobody anything
+    std::atomic<bool> ended{false};            // the worker left its loop
     std::string why;
     std::function<void(uint64_t)> on_done;
   };
   static void loop(std::shared_ptr<State> s);
 
   std::shared_ptr<State> s_;
+  std::mutex join_mu_;  // std::thread::join from two threads at once is undefined
   std::thread worker_;
   std::thread::id worker_id_;
 };

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <map>
@@ -182,11 +183,23 @@ class InProcRunner {
 // the GIL: on_error(ticket, message, mismatch). A Python callable is run
 // holding the GIL, and catches its own errors. on_done(completed) is called
 // after a ticket someone watch()ed.
+// At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit):
+// then the queue's Python callbacks and frees are skipped (hocc/engine/queue.py drains
+// every queue before that, at threading's exit hook).
+bool python_ending() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 class PyCallQueue {
  public:
   PyCallQueue(py::function on_error, py::function on_done)
       : on_error_(std::move(on_error)), on_done_(std::move(on_done)) {
     q_ = std::make_unique<CallQueue>([this](uint64_t done) {
+      if (python_ending()) return;
       py::gil_scoped_acquire gil;
       try {
         on_done_(done);
@@ -228,6 +241,7 @@ class PyCallQueue {
           error = x.what();
         }
       }
+      if (python_ending()) return;
       py::gil_scoped_acquire gil;
       try {
         on_error_(ticket, error, mismatch);
@@ -240,10 +254,12 @@ class PyCallQueue {
   uint64_t push_python(py::function fn) {
     // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
     std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
+      if (python_ending()) return;  // left to the interpreter's end
       py::gil_scoped_acquire gil;
       delete o;
     });
     return q_->push([held](uint64_t) {
+      if (python_ending()) return;
       py::gil_scoped_acquire gil;
       try {
         (*held)();
@@ -253,9 +269,22 @@ class PyCallQueue {
     });
   }
 
+  // in slices, so that Ctrl-C (a signal Python handles on the main thread) ends a wait
   int wait(uint64_t ticket, double timeout_s) {
-    py::gil_scoped_release nogil;
-    return q_->wait(ticket, timeout_s);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      double slice = 0.1;
+      if (timeout_s >= 0)
+        slice = std::min(slice, std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count());
+      CallQueue::Wait w;
+      {
+        py::gil_scoped_release nogil;
+        w = q_->wait(ticket, std::max(slice, 0.0));
+      }
+      if (w != CallQueue::kTimedOut) return w;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (timeout_s >= 0 && std::chrono::steady_clock::now() >= until) return w;
+    }
   }
   CallQueue& q() { return *q_; }
   void mark_failed() { failed_.store(true, std::memory_order_release); }

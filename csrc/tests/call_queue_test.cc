@@ -135,6 +135,25 @@ void destroyed_by_its_item() {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the detached worker ends by itself
 }
 
+void joins_and_thread_ids() {
+  std::atomic<bool> release{false};
+  CallQueue q;
+  q.push([&](uint64_t) {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  q.cancel("stopped for the test");
+  std::atomic<int> joined{0};
+  std::thread a([&] { q.join(); ++joined; }), b([&] { q.join(); ++joined; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  release.store(true);
+  a.join();
+  b.join();
+  EXPECT(joined.load() == 2, "two threads joining one queue at once both return");
+  bool on_worker = true;
+  std::thread([&] { on_worker = q.on_worker(); }).join();  // may reuse the ended worker's thread id
+  EXPECT(!on_worker, "once the worker has ended no thread is its worker");
+}
+
 }  // namespace
 
 void call_queue_checks() {
@@ -146,6 +165,7 @@ void call_queue_checks() {
   cancel_drops(true);
   destroy_with_items();
   destroyed_by_its_item();
+  joins_and_thread_ids();
   std::printf("  call queue: order, waits from threads, watch, close, cancel (%.1f s)\n", since(t0));
 }
 

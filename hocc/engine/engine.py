@@ -78,7 +78,7 @@ class Engine:
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
         self._tuning_file = TuningFile(cfg.tuning_file) if cfg.tuning_file else None
-        self._queue = CallQueue(self._queued_run_failed, lambda: self._unusable("this call"))
+        self._queue = CallQueue(self._queued_run_failed, self._dropped)
         self._lock = threading.Lock()
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
         self._busy = 0  # runs in flight (worker or inline): teardown waits for them
@@ -200,10 +200,12 @@ class Engine:
         self._seq += 1
         if self.device.type == "cpu":
             note_cpu_call(cfg.malloc_trim_s)
-        made = time.time_ns() if self.recorder.on else 0  # the flight recorder's enqueue time
+        if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
+            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
+                               entry, time.time_ns())
         if (async_op or not self._queue.idle) and self._plain(entry, trial, cfg):
-            return self._queue_run(entry, inp, out, reduce_op, call, cfg, made, async_op)
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, made, trial), [out], async_op)
+            return self._queue_run(entry, inp, out, reduce_op, call, cfg, async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op)
 
     def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
         """Whether a call is the executor's run alone, with no Python around it on
@@ -212,12 +214,9 @@ class Engine:
                 and not self.cfg.trace)
 
     def _queue_run(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                   cfg: Config, made: int, async_op: bool) -> Work | None:
+                   cfg: Config, async_op: bool) -> Work | None:
         """A plain call (_plain) queued straight to the C++ worker; a failure comes
         back through _queued_run_failed, on the worker."""
-        if made:  # noted now, on the caller: the worker runs no Python for this call
-            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
-                               entry, made)
         native_call = call.native() if cfg.check != "off" else None
         ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype_name(inp.dtype), reduce_op,
                                       native_call, call.seq, (entry, call, cfg, inp, out))
@@ -231,6 +230,8 @@ class Engine:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
         entry, call, cfg, _, _ = ticket.context
         if self.failed is not None:  # an earlier call failed the group (this one did not run)
+            if self.recorder.on:
+                self.recorder.failed(call.seq, "not run: the group failed earlier")
             return self._failed_earlier(call.collective)
         c = load()
         err = c.HoccMismatchError(why) if mismatch else c.HoccNativeError(why)
@@ -238,23 +239,24 @@ class Engine:
         exc.__cause__ = err
         return exc
 
+    def _dropped(self, ticket: Ticket) -> BaseException:
+        """The error of a queued call that abort() dropped before it began."""
+        if ticket.context is not None and self.recorder.on:  # a plain run's (a Python item's context is None)
+            self.recorder.failed(ticket.context[1].seq, f"not run: the engine was {self.closed or 'closed'}")
+        return self._unusable("this call")
+
     def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 cfg: Config, made: int, trial: Trial | None = None) -> None:
+                 cfg: Config, trial: Trial | None = None) -> None:
         """One call on the worker, in call order. Any failure fails the group
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
                 raise self._failed_earlier(call.collective)
-            self._execute_checked(entry, inp, out, reduce_op, call, cfg, made, trial)
+            self._execute_checked(entry, inp, out, reduce_op, call, cfg, trial)
 
     def _execute_checked(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         cfg: Config, made: int, trial: Trial | None) -> None:
-        # the flight recorder notes what was called here, on the worker (an async caller's thread then does
-        # nothing more: its GIL time is what the worker waits for); the executor notes the run
-        if made:
-            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
-                               entry, made)
-        check = cfg.check
+                         cfg: Config, trial: Trial | None) -> None:
+        check = cfg.check  # (the flight recorder noted the call when it was made; the executor notes the run)
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
@@ -424,8 +426,8 @@ class Engine:
                 self.closed = "closed"
         finally:
             self._lock.release()
-        if self._queue.on_worker:  # the worker cannot wait for itself
-            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
+        if self._queue.on_worker or self._queue.held_here():  # the worker cannot wait for itself, nor for a
+            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()  # lock held here
             return
         self._queue.close()  # runs what was queued before, then its worker ends
         self._release_when_idle()

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from hocc.engine.errors import CollectiveError
 from hocc.executor import load
 
 log = logging.getLogger("hocc")
@@ -40,7 +41,10 @@ class Ticket:
 
     def done(self) -> bool:
         c = self._queue.native
-        return self._exc is not None or c.completed > self.n or c.dropped(self.n)
+        if self._exc is not None or c.completed > self.n or c.dropped(self.n):
+            self.context = None  # the run has ended: its tensors go with the caller's last reference
+            return True
+        return False
 
     def result(self, timeout: float | None = None) -> Any:
         if self._exc is None:
@@ -48,7 +52,8 @@ class Ticket:
             if state == _TIMED_OUT:
                 raise TimeoutError(f"hocc: the call did not end within {timeout} s")
             if state == _DROPPED and self._exc is None:
-                self._exc = self._queue.dropped_error()
+                self._exc = self._queue.dropped_error(self)
+        self.context = None  # ended: nothing of the run needs to stay
         if self._exc is not None:
             raise self._exc
         return self._result
@@ -69,6 +74,24 @@ class Ticket:
         fn(self)
 
 
+class _OwnedLock:
+    """A lock that knows which thread holds it (CallQueue.held_here)."""
+
+    __slots__ = ("_lock", "holder")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.holder = 0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.holder = threading.get_ident()
+
+    def __exit__(self, *exc: object) -> None:
+        self.holder = 0
+        self._lock.release()
+
+
 def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
     """A function calling `method` while its object lives: the C++ queue holds its callbacks
     where the garbage collector cannot see them, so they must not keep the engine alive."""
@@ -81,19 +104,42 @@ def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+_live: weakref.WeakSet[CallQueue] = weakref.WeakSet()
+
+
+def _drain_at_exit() -> None:
+    """Before the interpreter ends (threading's exit hook, where concurrent.futures drains its
+    pools): every queue runs what was queued, as the peers expect, and its worker ends while
+    Python can still serve it."""
+    for q in list(_live):
+        try:
+            q.close()
+        except Exception:
+            log.exception("hocc: a call queue did not close at exit")
+
+
+threading._register_atexit(_drain_at_exit)  # type: ignore[attr-defined]  # as concurrent.futures does
+
+
 class CallQueue:
     """on_failed(ticket, message, mismatch) -> the exception a failed plan run
-    raises (called on the worker, holding the GIL); dropped_error() -> the
-    exception of an item cancel() dropped."""
+    raises (called on the worker, holding the GIL); dropped_error(ticket) ->
+    the exception of an item cancel() dropped.
+
+    A collection can start wherever a thread holds self._lock and run a
+    finalizer that closes this queue's engine; joining the worker there could
+    wait for the worker waiting for that lock, so Engine.close hands off to a
+    thread when held_here()."""
 
     def __init__(self, on_failed: Callable[[Ticket, str, bool], BaseException],
-                 dropped_error: Callable[[], BaseException]) -> None:
+                 dropped_error: Callable[[Ticket], BaseException]) -> None:
         self._on_failed = on_failed
         self.dropped_error = dropped_error
         self.native = load().CallQueue(_weakly(self._failed), _weakly(self._done))
         self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
         self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
-        self._lock = threading.Lock()
+        self._lock = _OwnedLock()
+        _live.add(self)
 
     @property
     def idle(self) -> bool:
@@ -103,6 +149,11 @@ class CallQueue:
     @property
     def on_worker(self) -> bool:
         return bool(self.native.on_worker)
+
+    def held_here(self) -> bool:
+        """Whether this thread holds the queue's lock: a collection that started under it (a finalizer
+        closing this engine) must not wait for the worker, which may be waiting for that lock."""
+        return self._lock.holder == threading.get_ident()
 
     def busy_for(self) -> float:
         return float(self.native.busy_for())
@@ -137,22 +188,32 @@ class CallQueue:
     def _forget_done(self) -> None:
         done = self.native.completed
         while self._pending and self._pending[0].n < done:
-            self._pending.popleft()
+            self._pending.popleft().context = None
 
     # -- on the worker, holding the GIL --------------------------------------------
     def _failed(self, n: int, message: str, mismatch: bool) -> None:
+        t = None
         with self._lock:
-            t = next((p for p in self._pending if p.n == n), None)
-        if t is not None:
+            for p in self._pending:  # not done, so still here
+                if p.n == n:
+                    t = p
+                    break
+        if t is None:
+            return
+        try:
             t._exc = self._on_failed(t, message, mismatch)
+        except BaseException as e:  # noqa: BLE001 - the run failed whatever went wrong in naming it
+            t._exc = CollectiveError(f"hocc: a queued call failed: {message} (and reporting it raised: {e!r})")
 
     def _done(self, completed: int) -> None:
         self._run_callbacks(lambda n: n < completed)
 
     def _run_callbacks(self, ready: Callable[[int], bool]) -> None:
-        with self._lock:
-            due = [n for n in self._callbacks if ready(n)]
-            calls = [c for n in sorted(due) for c in self._callbacks.pop(n)]
+        calls: list[tuple[Ticket, Callable[[Ticket], None]]] = []
+        with self._lock:  # on the worker: a collection here closes other engines' queues, never this one
+            for n in sorted(self._callbacks):
+                if ready(n):
+                    calls.extend(self._callbacks.pop(n))
             while self._callbacks:  # re-arm for the lowest ticket still awaited
                 n = min(self._callbacks)
                 if self.native.watch(n):
@@ -166,10 +227,16 @@ class CallQueue:
 
     def later(self, t: Ticket, fn: Callable[[Ticket], None]) -> bool:
         """Keep fn for when t is done; False if t already is (the caller runs fn)."""
+        entry = (t, fn)
+        fresh = [entry]  # made before the lock: no collection can start while it is held
         with self._lock:
             if t._exc is not None or not self.native.watch(t.n):
                 return False
-            self._callbacks.setdefault(t.n, []).append((t, fn))
+            held = self._callbacks.get(t.n)
+            if held is None:
+                self._callbacks[t.n] = fresh
+            else:
+                held.append(entry)
             return True
 
     # -- teardown ---------------------------------------------------------------------
@@ -186,7 +253,7 @@ class CallQueue:
             dropped = [t for t in self._pending if t.n >= first]
         for t in dropped:
             if t._exc is None:
-                t._exc = self.dropped_error()
+                t._exc = self.dropped_error(t)
         self._run_callbacks(lambda n: n >= first)
 
     def join(self) -> None:

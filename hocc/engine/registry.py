@@ -94,7 +94,9 @@ def release_destroyed(why: str | None = None) -> None:
 
 
 def _group_gone(key: tuple[int, str]) -> None:
-    """A group with drop-in engines was freed (torch ended it and nothing holds it): close its engine."""
+    """A group with drop-in engines was freed (torch ended it and nothing holds it): close its
+    engine (now, so that its resources are gone when the collection that freed the group ends;
+    Engine.close hands off to a thread where waiting here could deadlock)."""
     with _engines_lock:
         _watched.pop(key, None)
         eng = _engines.get(key)

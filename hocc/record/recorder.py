@@ -124,10 +124,11 @@ class Recorder:
     def on(self) -> bool:
         return self.capacity > 0
 
-    # The call path: one tuple appended when the call runs (deque.append and
-    # list(deque) each run under the GIL without releasing it, so a dump's
-    # copy never sees half of one); a failure adds an entry to `failures`.
-    # A call still queued behind others (async) is not in `calls` yet.
+    # The call path: one tuple appended when the call is made, on the caller's
+    # thread, in call order (deque.append and list(deque) each run under the
+    # GIL without releasing it, so a dump's copy never sees half of one); a
+    # failure adds an entry to `failures`. A call queued behind others is in
+    # `calls` before it runs: its run record (the executor's) says whether it began.
     def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, source: PlanSource,
              enqueue_ns: int) -> None:
         # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here
