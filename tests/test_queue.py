@@ -7,6 +7,7 @@ a healthy peer."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -154,3 +155,47 @@ def _abort_body(rank: int, world: int) -> None:
 
 def test_abort_drops_queued_calls() -> None:
     run_world(2, _abort_body, env=hocc_env("2", "net"), timeout_s=60)
+
+
+_EXITING_RANK = """
+import os, sys, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+import hocc
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+hocc.all_reduce(torch.ones(1 << 16))
+dist.barrier()
+if rank == 0:
+    ts = [torch.full((1 << 16,), float(i)) for i in range(8)]
+    works = [hocc.all_reduce(t, async_op=True) for t in ts]
+    sys.exit(0)  # queued calls not waited for: the exit hook runs them, as the peer expects
+time.sleep(0.5)
+for i in range(8):
+    t = torch.full((1 << 16,), float(i))
+    hocc.all_reduce(t)
+    assert torch.all(t == 2 * i), (i, t[:3])
+print("rank 1: 8 calls matched", flush=True)
+"""
+
+
+@pytest.mark.parametrize("host", ["shm", "net"])
+def test_calls_queued_at_exit_still_run(tmp_path: Any, host: str) -> None:
+    """A rank that exits with async calls queued runs them first (its peer's calls complete), and
+    exits cleanly: no abort from the worker or a thread taking the GIL while Python ends."""
+    import subprocess
+    import sys
+
+    from hocc.bench.launch import free_port
+
+    script = tmp_path / "rank.py"
+    script.write_text(_EXITING_RANK)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), HOCC_TOPOLOGY="2",
+               HOCC_HOST_TRANSPORT=host, HOCC_ALGO="ring", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, f"rank {r} exited {p.returncode}: {err[-2000:]}"
+        assert "terminate called" not in err and "FATAL" not in err, err[-2000:]
+    assert "rank 1: 8 calls matched" in outs[1][0]

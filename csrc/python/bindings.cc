@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/call.h"
@@ -194,6 +195,34 @@ bool python_ending() {
 #endif
 }
 
+// fn() without the GIL. Not pybind's RAII gil_scoped_release: a thread that takes the GIL back
+// while Python is ending is ended there (pthread_exit), and that unwind must not start in a
+// destructor (noexcept: std::terminate). Here it leaves through pybind's dispatcher, which lets it go.
+template <class F>
+auto without_gil(F&& fn) {
+  using R = decltype(fn());
+  PyThreadState* st = PyEval_SaveThread();
+  if constexpr (std::is_void_v<R>) {
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(st);
+      throw;
+    }
+    PyEval_RestoreThread(st);  // outside the try: its unwind must not meet the catch above
+  } else {
+    std::optional<R> r;
+    try {
+      r.emplace(fn());
+    } catch (...) {
+      PyEval_RestoreThread(st);
+      throw;
+    }
+    PyEval_RestoreThread(st);
+    return std::move(*r);
+  }
+}
+
 class PyCallQueue {
  public:
   PyCallQueue(py::function on_error, py::function on_done)
@@ -240,6 +269,7 @@ class PyCallQueue {
         } catch (const std::exception& x) {
           error = x.what();
         }
+        failed_.store(true, std::memory_order_release);  // later runs must not start, whatever Python does
       }
       if (python_ending()) return;
       py::gil_scoped_acquire gil;
@@ -254,7 +284,11 @@ class PyCallQueue {
   uint64_t push_python(py::function fn) {
     // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
     std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
-      if (python_ending()) return;  // left to the interpreter's end
+      if (!*o) {  // let go of under the GIL already (a job that ran)
+        delete o;
+        return;
+      }
+      if (python_ending()) return;  // a dropped job at the interpreter's end: left to it
       py::gil_scoped_acquire gil;
       delete o;
     });
@@ -266,6 +300,7 @@ class PyCallQueue {
       } catch (py::error_already_set& x) {
         x.discard_as_unraisable("hocc call queue: a Python item");
       }
+      *held = py::object();  // freed here, holding the GIL
     });
   }
 
@@ -276,11 +311,7 @@ class PyCallQueue {
       double slice = 0.1;
       if (timeout_s >= 0)
         slice = std::min(slice, std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count());
-      CallQueue::Wait w;
-      {
-        py::gil_scoped_release nogil;
-        w = q_->wait(ticket, std::max(slice, 0.0));
-      }
+      const CallQueue::Wait w = without_gil([&] { return q_->wait(ticket, std::max(slice, 0.0)); });
       if (w != CallQueue::kTimedOut) return w;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
       if (timeout_s >= 0 && std::chrono::steady_clock::now() >= until) return w;
@@ -289,12 +320,10 @@ class PyCallQueue {
   CallQueue& q() { return *q_; }
   void mark_failed() { failed_.store(true, std::memory_order_release); }
   void close() {
-    py::gil_scoped_release nogil;
-    q_->close();
+    without_gil([&] { q_->close(); });
   }
   void join() {
-    py::gil_scoped_release nogil;
-    q_->join();
+    without_gil([&] { q_->join(); });
   }
 
  private:

@@ -31,7 +31,7 @@ from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plans import Compiled, PlanCache
-from hocc.engine.queue import CallQueue, Ticket
+from hocc.engine.queue import CallQueue, Ticket, hand_off
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
@@ -205,7 +205,8 @@ class Engine:
                                entry, time.time_ns())
         if (async_op or not self._queue.idle) and self._plain(entry, trial, cfg):
             return self._queue_run(entry, inp, out, reduce_op, call, cfg, async_op)
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op)
+        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
+                           (None, call))
 
     def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
         """Whether a call is the executor's run alone, with no Python around it on
@@ -241,8 +242,9 @@ class Engine:
 
     def _dropped(self, ticket: Ticket) -> BaseException:
         """The error of a queued call that abort() dropped before it began."""
-        if ticket.context is not None and self.recorder.on:  # a plain run's (a Python item's context is None)
-            self.recorder.failed(ticket.context[1].seq, f"not run: the engine was {self.closed or 'closed'}")
+        ctx = ticket.context  # (entry or None, call), or None for what is not a call
+        if ctx is not None and self.recorder.on:
+            self.recorder.failed(ctx[1].seq, f"not run: the engine was {self.closed or 'closed'}")
         return self._unusable("this call")
 
     def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
@@ -251,6 +253,8 @@ class Engine:
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
+                if self.recorder.on:
+                    self.recorder.failed(call.seq, "not run: the group failed earlier")
                 raise self._failed_earlier(call.collective)
             self._execute_checked(entry, inp, out, reduce_op, call, cfg, trial)
 
@@ -357,7 +361,8 @@ class Engine:
         parts = ", ".join(f"s{s} {op}@{tiers.get(s, '?')} {t * 1e3:.1f} ms" for (s, op), t in sorted(per.items()))
         log.warning("hocc trace rank %d: %s: %s", self.rank, plan.summary(), parts)
 
-    def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:
+    def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool,
+               context: Any = None) -> Work | None:
         """Run `job` after every earlier call of this engine (on the caller's
         thread when it is sync and nothing is queued, else as a Python item on
         the queue); block unless async_op."""
@@ -366,7 +371,7 @@ class Engine:
             with on_stream(stream):
                 job()
             return None
-        work = Work(self._queue.push_python(lambda: self._run_job(job, stream)), result, stream)
+        work = Work(self._queue.push_python(lambda: self._run_job(job, stream), context), result, stream)
         if async_op:
             return work
         work.wait()
@@ -419,7 +424,7 @@ class Engine:
         engine's lock is held (a finalizer can run on any thread, in any
         collection), it returns at once and a thread of its own closes."""
         if not self._lock.acquire(blocking=False):
-            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()
+            hand_off(self.close)
             return
         try:
             if self.closed is None:
@@ -427,7 +432,7 @@ class Engine:
         finally:
             self._lock.release()
         if self._queue.on_worker or self._queue.held_here():  # the worker cannot wait for itself, nor for a
-            threading.Thread(target=self.close, name="hocc-release", daemon=True).start()  # lock held here
+            hand_off(self.close)  # lock held here
             return
         self._queue.close()  # runs what was queued before, then its worker ends
         self._release_when_idle()
@@ -448,7 +453,7 @@ class Engine:
         with self._lock:  # a queued run still in flight ends soon: the comms' abort woke its waits
             busy = self._busy > 0 or self._queue.busy_for() > 0 or self._queue.on_worker
         if busy:
-            threading.Thread(target=self._release_when_idle, name="hocc-release", daemon=True).start()
+            hand_off(self._release_when_idle)
         else:
             self._release_when_idle()
 

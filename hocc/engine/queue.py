@@ -11,7 +11,9 @@ Ticket: the future its Work waits on."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 import weakref
 from collections import deque
@@ -61,9 +63,9 @@ class Ticket:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
             self.result(timeout)
-        except TimeoutError:
-            raise
-        except BaseException as e:  # noqa: BLE001 - the item's own error, handed back as a Future does
+        except BaseException as e:
+            if e is not self._exc:  # a timeout, or Ctrl-C during the wait: not the call's
+                raise
             return e
         return None
 
@@ -72,24 +74,6 @@ class Ticket:
         if self._queue.later(self, fn):
             return
         fn(self)
-
-
-class _OwnedLock:
-    """A lock that knows which thread holds it (CallQueue.held_here)."""
-
-    __slots__ = ("_lock", "holder")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.holder = 0
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        self.holder = threading.get_ident()
-
-    def __exit__(self, *exc: object) -> None:
-        self.holder = 0
-        self._lock.release()
 
 
 def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,20 +89,69 @@ def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _live: weakref.WeakSet[CallQueue] = weakref.WeakSet()
+_handoffs: set[threading.Thread] = set()  # threads closing engines (Engine.close's hand-off), joined at exit
+
+
+def hand_off(target: Callable[[], None]) -> None:
+    """Run target (an engine's close or release) on a thread of its own, which the exit hook joins:
+    a thread still inside a call into C++ when the interpreter ends is ended on the spot."""
+
+    def run() -> None:
+        try:
+            target()
+        finally:
+            _handoffs.discard(threading.current_thread())
+
+    t = threading.Thread(target=run, name="hocc-release", daemon=True)
+    _handoffs.add(t)
+    t.start()
 
 
 def _drain_at_exit() -> None:
-    """Before the interpreter ends (threading's exit hook, where concurrent.futures drains its
-    pools): every queue runs what was queued, as the peers expect, and its worker ends while
-    Python can still serve it."""
+    """At exit (atexit: after the program's threads have ended, before the interpreter starts
+    to go): every queue runs what was queued, as the peers expect, and its worker ends while
+    Python can still serve it; then the hand-off threads end. Ctrl-C drops what is left."""
+    interrupted = False
+    while _live or _handoffs:
+        for q in list(_live):
+            try:
+                if interrupted:
+                    q.cancel("interrupted at exit")
+                    q.join()
+                else:
+                    q.drain()
+            except KeyboardInterrupt:
+                interrupted = True
+            except Exception:
+                log.exception("hocc: a call queue did not close at exit")
+            _live.discard(q)
+        for t in list(_handoffs):
+            t.join(timeout=None if not interrupted else 1.0)
+            _handoffs.discard(t)
+
+
+def _wait_at_thread_exit() -> None:
+    """threading's exit hook (where concurrent.futures drains its pools), which runs in
+    multiprocessing's children too (they end with os._exit, without atexit): wait for the calls
+    queued so far. The queues stay open: the program's other threads may still make calls."""
     for q in list(_live):
         try:
-            q.close()
+            q.wait_queued()
+        except KeyboardInterrupt:
+            return
         except Exception:
-            log.exception("hocc: a call queue did not close at exit")
+            log.exception("hocc: waiting for a call queue at exit failed")
 
 
-threading._register_atexit(_drain_at_exit)  # type: ignore[attr-defined]  # as concurrent.futures does
+atexit.register(_drain_at_exit)
+threading._register_atexit(_wait_at_thread_exit)  # type: ignore[attr-defined]
+# a forked child has no worker threads (only the forking thread goes on): nothing of the parent's to drain
+def _forget_parent() -> None:
+    _live.clear()
+    _handoffs.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent)
 
 
 class CallQueue:
@@ -138,7 +171,7 @@ class CallQueue:
         self.native = load().CallQueue(_weakly(self._failed), _weakly(self._done))
         self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
         self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
-        self._lock = _OwnedLock()
+        self._lock = threading.RLock()  # C: knows its owner (held_here); Ctrl-C cannot leave it held
         _live.add(self)
 
     @property
@@ -153,7 +186,7 @@ class CallQueue:
     def held_here(self) -> bool:
         """Whether this thread holds the queue's lock: a collection that started under it (a finalizer
         closing this engine) must not wait for the worker, which may be waiting for that lock."""
-        return self._lock.holder == threading.get_ident()
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def busy_for(self) -> float:
         return float(self.native.busy_for())
@@ -203,6 +236,7 @@ class CallQueue:
         try:
             t._exc = self._on_failed(t, message, mismatch)
         except BaseException as e:  # noqa: BLE001 - the run failed whatever went wrong in naming it
+            self.native.mark_failed()
             t._exc = CollectiveError(f"hocc: a queued call failed: {message} (and reporting it raised: {e!r})")
 
     def _done(self, completed: int) -> None:
@@ -246,14 +280,28 @@ class CallQueue:
         with self._lock:
             self._forget_done()
 
+    def wait_queued(self) -> None:
+        """Wait for every call queued so far, in slices (Ctrl-C ends the wait)."""
+        last = self.native.pushed - 1
+        if last >= 0 and not self.on_worker:
+            self.native.wait(last, -1.0)
+
+    def drain(self) -> None:
+        """close(), waiting for the queued calls first."""
+        self.wait_queued()
+        self.close()
+
     def cancel(self, why: str) -> None:
         """Drop what has not begun (each raises dropped_error()); the worker stops after its item."""
         first = self.native.cancel(why)
         with self._lock:
             dropped = [t for t in self._pending if t.n >= first]
+            while self._pending and self._pending[-1].n >= first:  # never run: nothing of theirs stays
+                self._pending.pop()
         for t in dropped:
             if t._exc is None:
                 t._exc = self.dropped_error(t)
+            t.context = None
         self._run_callbacks(lambda n: n >= first)
 
     def join(self) -> None:
