@@ -185,8 +185,8 @@ class InProcRunner {
 // holding the GIL, and catches its own errors. on_done(completed) is called
 // after a ticket someone watch()ed.
 // At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit):
-// then the queue's Python callbacks and frees are skipped (hocc/engine/queue.py drains
-// every queue before that, at threading's exit hook).
+// then the queue's Python callbacks and frees are skipped (hocc/engine/queue.py has
+// drained and closed every queue before that, in its exit hooks).
 bool python_ending() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
