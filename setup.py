@@ -35,6 +35,7 @@ SOURCES = [
     "csrc/executor/executor.cc",
     "csrc/executor/call_queue.cc",
     "csrc/python/bindings.cc",
+    "csrc/python/call_queue.cc",
 ]
 
 ext = CppExtension("hocc._C", SOURCES, include_dirs=[str(ROOT / "csrc")], extra_compile_args=["-O3"],

@@ -1,4 +1,4 @@
-"""Types of hocc._C, the C++ executor (csrc/python/bindings.cc). Buffers are
+"""Types of hocc._C, the C++ executor (csrc/python/bindings.cc, call_queue.cc). Buffers are
 integer addresses (tensor.data_ptr()); dtypes and ops travel by name."""
 
 from collections.abc import Callable

@@ -221,19 +221,13 @@ class Engine:
         native_call = call.native() if cfg.check != "off" else None
         ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype_name(inp.dtype), reduce_op,
                                       native_call, call.seq, (entry, call, cfg, inp, out))
-        work = Work(ticket, [out])
-        if async_op:
-            return work
-        work.wait()
-        return None
+        return self._handed(Work(ticket, [out]), async_op)
 
     def _queued_run_failed(self, ticket: Ticket, why: str, mismatch: bool) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
         entry, call, cfg, _, _ = ticket.context
         if self.failed is not None:  # an earlier call failed the group (this one did not run)
-            if self.recorder.on:
-                self.recorder.failed(call.seq, "not run: the group failed earlier")
-            return self._failed_earlier(call.collective)
+            return self._not_run(call)
         c = load()
         err = c.HoccMismatchError(why) if mismatch else c.HoccNativeError(why)
         exc = self._fail(call, entry.groups, err, cfg.record_dir)
@@ -253,9 +247,7 @@ class Engine:
         for good (self.failed): its comms may hold unmatched messages."""
         with self._running(call.collective):
             if self.failed is not None:
-                if self.recorder.on:
-                    self.recorder.failed(call.seq, "not run: the group failed earlier")
-                raise self._failed_earlier(call.collective)
+                raise self._not_run(call)
             self._execute_checked(entry, inp, out, reduce_op, call, cfg, trial)
 
     def _execute_checked(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
@@ -322,6 +314,12 @@ class Engine:
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
         return kind(msg, collective=call.collective, group=self.info.name)
 
+    def _not_run(self, call: Call) -> CollectiveError:
+        """A queued call's error when an earlier call failed the group: it never ran (noted so)."""
+        if self.recorder.on:
+            self.recorder.failed(call.seq, "not run: the group failed earlier")
+        return self._failed_earlier(call.collective)
+
     def _failed_earlier(self, collective: str) -> CollectiveError:
         return CollectiveError(f"hocc: {collective} on {self._where()}: the group failed earlier and cannot be "
                                f"used again; destroy it and create it again. The first failure: {self.failed}",
@@ -371,7 +369,12 @@ class Engine:
             with on_stream(stream):
                 job()
             return None
-        work = Work(self._queue.push_python(lambda: self._run_job(job, stream), context), result, stream)
+        return self._handed(Work(self._queue.push_python(lambda: self._run_job(job, stream), context), result, stream),
+                            async_op)
+
+    @staticmethod
+    def _handed(work: Work, async_op: bool) -> Work | None:
+        """A queued call's Work to an async caller; a sync caller waits for it here."""
         if async_op:
             return work
         work.wait()

@@ -1,0 +1,201 @@
+// hocc._C.CallQueue: the engine's call queue (executor/call_queue.h) for
+// hocc/engine/queue.py, bound by bind_call_queue (called from bindings.cc).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "core/call.h"
+#include "core/plan.h"
+#include "core/types.h"
+#include "executor/call_queue.h"
+#include "executor/executor.h"
+#include "python/common.h"
+
+namespace py = pybind11;
+using namespace hocc;
+
+namespace {
+
+// The engine's call queue (executor/call_queue.h) for hocc/engine/queue.py.
+// A plan run is pushed with everything it needs by value (the plan, executor
+// and tensors are kept alive on the Python side until the ticket is done) and
+// runs with no Python in it; only its failure calls back into Python, under
+// the GIL: on_error(ticket, message, mismatch). A Python callable is run
+// holding the GIL, and catches its own errors. on_done(completed) is called
+// after a ticket someone watch()ed.
+// At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit):
+// then the queue's Python callbacks and frees are skipped (hocc/engine/queue.py has
+// drained and closed every queue before that, in its exit hooks).
+bool python_ending() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// fn() without the GIL. Not pybind's RAII gil_scoped_release: a thread that takes the GIL back
+// while Python is ending is ended there (pthread_exit), and that unwind must not start in a
+// destructor (noexcept: std::terminate). Here it leaves through pybind's dispatcher, which lets it go.
+template <class F>
+auto without_gil(F&& fn) {
+  using R = decltype(fn());
+  PyThreadState* st = PyEval_SaveThread();
+  if constexpr (std::is_void_v<R>) {
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(st);
+      throw;
+    }
+    PyEval_RestoreThread(st);  // outside the try: its unwind must not meet the catch above
+  } else {
+    std::optional<R> r;
+    try {
+      r.emplace(fn());
+    } catch (...) {
+      PyEval_RestoreThread(st);
+      throw;
+    }
+    PyEval_RestoreThread(st);
+    return std::move(*r);
+  }
+}
+
+class PyCallQueue {
+ public:
+  PyCallQueue(py::function on_error, py::function on_done)
+      : on_error_(std::move(on_error)), on_done_(std::move(on_done)) {
+    q_ = std::make_unique<CallQueue>([this](uint64_t done) {
+      if (python_ending()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        on_done_(done);
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("hocc call queue: on_done");
+      }
+    });
+  }
+  ~PyCallQueue() {
+    py::gil_scoped_release nogil;  // the worker may be waiting for the GIL to end a Python item
+    q_.reset();
+  }
+
+  uint64_t push_run(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
+                    const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
+    const DType t = parse_dtype(dtype);
+    const RedOp o = parse_op(op);
+    const bool average = op == "avg";
+    const std::optional<CallId> id = call_id(call, dtype, op);
+    Executor* ex = &e;
+    const Plan* p = &plan;
+    return q_->push([this, ex, p, input, output, t, o, average, id, seq](uint64_t ticket) {
+      std::string error;
+      bool mismatch = false;
+      if (failed_.load(std::memory_order_acquire)) {
+        error = "the group failed earlier";  // on_error answers with the engine's own message
+      } else {
+        try {
+          ex->run(*p, {ptr(input), ptr(output), nullptr}, t, o, average, nullptr, id ? &*id : nullptr, seq);
+          return;
+        } catch (const MismatchError& x) {
+          error = x.what(), mismatch = true;
+        } catch (const std::exception& x) {
+          error = x.what();
+        }
+        failed_.store(true, std::memory_order_release);  // later runs must not start, whatever Python does
+      }
+      if (python_ending()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        on_error_(ticket, error, mismatch);
+      } catch (py::error_already_set& x) {
+        x.discard_as_unraisable("hocc call queue: on_error");
+      }
+    });
+  }
+
+  uint64_t push_python(py::function fn) {
+    // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
+    std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
+      if (!*o) {  // let go of under the GIL already (a job that ran)
+        delete o;
+        return;
+      }
+      if (python_ending()) return;  // a dropped job at the interpreter's end: left to it
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    return q_->push([held](uint64_t) {
+      if (python_ending()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)();
+      } catch (py::error_already_set& x) {
+        x.discard_as_unraisable("hocc call queue: a Python item");
+      }
+      *held = py::object();  // freed here, holding the GIL
+    });
+  }
+
+  // in slices, so that Ctrl-C (a signal Python handles on the main thread) ends a wait
+  int wait(uint64_t ticket, double timeout_s) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      double slice = 0.1;
+      if (timeout_s >= 0)
+        slice = std::min(slice, std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count());
+      const CallQueue::Wait w = without_gil([&] { return q_->wait(ticket, std::max(slice, 0.0)); });
+      if (w != CallQueue::kTimedOut) return w;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (timeout_s >= 0 && std::chrono::steady_clock::now() >= until) return w;
+    }
+  }
+  CallQueue& q() { return *q_; }
+  void mark_failed() { failed_.store(true, std::memory_order_release); }
+  void close() {
+    without_gil([&] { q_->close(); });
+  }
+  void join() {
+    without_gil([&] { q_->join(); });
+  }
+
+ private:
+  py::function on_error_, on_done_;
+  std::atomic<bool> failed_{false};
+  std::unique_ptr<CallQueue> q_;  // last: its worker stops before the callbacks go
+};
+
+}  // namespace
+
+void bind_call_queue(py::module_& m) {
+  py::class_<PyCallQueue>(m, "CallQueue", "an engine's calls, run in order on one C++ thread (executor/call_queue.h)")
+      .def(py::init<py::function, py::function>(), py::arg("on_error"), py::arg("on_done"))
+      .def("push_run", &PyCallQueue::push_run, py::arg("executor"), py::arg("plan"), py::arg("input"),
+           py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
+           "queue Executor.run of `plan` (no Python runs for it unless it fails); returns its ticket")
+      .def("push_python", &PyCallQueue::push_python, py::arg("fn"), "queue fn() (run holding the GIL); its ticket")
+      .def("wait", &PyCallQueue::wait, py::arg("ticket"), py::arg("timeout_s") = -1.0,
+           "0: done, 1: dropped by cancel(), 2: timed out")
+      .def_property_readonly("completed", [](PyCallQueue& q) { return q.q().completed(); })
+      .def_property_readonly("pushed", [](PyCallQueue& q) { return q.q().pushed(); })
+      .def_property_readonly("idle", [](PyCallQueue& q) { return q.q().idle(); })
+      .def("dropped", [](PyCallQueue& q, uint64_t t) { return q.q().dropped(t); }, py::arg("ticket"))
+      .def("watch", [](PyCallQueue& q, uint64_t t) { return q.q().watch(t); }, py::arg("ticket"),
+           "call on_done once `ticket` is done; False if it already is")
+      .def("busy_for", [](PyCallQueue& q) { return q.q().busy_for(); }, "seconds the running item has run; 0: idle")
+      .def_property_readonly("on_worker", [](PyCallQueue& q) { return q.q().on_worker(); })
+      .def("mark_failed", &PyCallQueue::mark_failed, "plan runs not begun fail without running (the group failed)")
+      .def("close", &PyCallQueue::close, "run what is queued, then stop and join the worker")
+      .def("cancel", [](PyCallQueue& q, const std::string& why) { return q.q().cancel(why); }, py::arg("why"),
+           "drop what is not begun (tickets from the one returned on); the worker stops after its item")
+      .def("join", &PyCallQueue::join);
+
+}

@@ -1,0 +1,27 @@
+// What the binding files share (bindings.cc, call_queue.cc): buffers cross as
+// integer addresses, and a call's id as the tuple hocc.engine.agreement.Call.native()
+// gives.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "core/call.h"
+
+inline void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// (seq, plan hash, count, collective, algo): what every member must agree on (core/call.h)
+using CallTuple = std::tuple<uint64_t, uint64_t, int64_t, std::string, std::string>;
+
+inline std::optional<hocc::CallId> call_id(const std::optional<CallTuple>& call, const std::string& dtype,
+                                           const std::string& op) {
+  if (!call) return std::nullopt;
+  const auto& [seq, hash, count, collective, algo] = *call;
+  return hocc::make_call_id(seq, hash, count, collective, dtype, op, algo);
+}
+
+void bind_call_queue(pybind11::module_& m);  // call_queue.cc
