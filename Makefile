@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q 'setuptools>=77' wheel ninja
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,test]'
 	$(PY) -m hocc.executor
 	touch $@
 

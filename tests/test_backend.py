@@ -4,11 +4,17 @@ sub-groups and a 2-D device mesh get their own hierarchy."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.bench.launch import free_port
 from tests.worlds import run_world
 
 STEPS = 4
@@ -183,6 +189,59 @@ def _collectives_body(rank: int, world: int) -> None:
     assert w.wait() and w.is_completed()
     assert torch.allclose(w.get_future().wait()[0], sum(torch.arange(10.0) + r for r in range(world)))
     assert hocc.last_plan() is not None
+    _ops_and_modes(rank, world, hg, gloo)
+
+
+def _ops_and_modes(rank: int, world: int, hg: dist.ProcessGroup, gloo: dist.ProcessGroup) -> None:
+    """What gloo cannot do and NCCL does (integer AVG: the sum, divided toward zero; PREMUL_SUM: the sum
+    of the inputs times the factor), calls in every autograd mode, and torch's view of the group."""
+    for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64):
+        for n in (1, 13, 1031):
+            x = (torch.arange(n) * (rank + 3) % 11 - (0 if dtype == torch.uint8 else 5)).to(dtype)
+            want = x.to(torch.int64, copy=True)
+            dist.all_reduce(want, group=gloo)
+            want = torch.div(want, world, rounding_mode="trunc").to(dtype)
+            for algo in ("native", "ring", "ho_ring", "auto"):
+                got = x.clone()
+                hocc.all_reduce(got, dist.ReduceOp.AVG, algo=algo)
+                assert torch.equal(got, want), (dtype, n, algo)
+            got = x.clone()
+            dist.all_reduce(got, dist.ReduceOp.AVG, group=hg)
+            assert torch.equal(got, want), (dtype, n, "backend")
+            rs = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter_single(rs, x.repeat(world), dist.ReduceOp.AVG, group=hg)
+            assert torch.equal(rs, want), (dtype, n, "reduce_scatter")
+    for factor in (0.25, torch.tensor([3.0])):
+        x = torch.arange(7.0) * (rank + 1)
+        want = x.clone()
+        dist.all_reduce(want, group=gloo)
+        got = x.clone()
+        dist.all_reduce(got, dist._make_nccl_premul_sum(factor), group=hg)
+        assert torch.allclose(got, want * factor), factor
+        rs = torch.empty(7)
+        dist.reduce_scatter_single(rs, x.repeat(world), dist._make_nccl_premul_sum(factor), group=hg)
+        assert torch.allclose(rs, want * factor), factor
+    # tensors made under inference_mode or no_grad, called in and out of those modes (the list forms
+    # copy into the caller's tensors on hocc's worker thread)
+    for make_mode in (torch.inference_mode, torch.no_grad):
+        with make_mode():
+            x = torch.arange(5.0) + rank
+            outs = [torch.zeros(5) for _ in range(world)]
+        for call_mode in (make_mode, torch.enable_grad):
+            with call_mode():
+                dist.all_gather(outs, x, group=hg)
+                assert all(torch.equal(o, torch.arange(5.0) + r) for r, o in enumerate(outs))
+                outs2 = [torch.zeros(5) for _ in range(world)]
+                hocc.all_gather(outs2, x, group=gloo)
+                assert all(torch.equal(o, torch.arange(5.0) + r) for r, o in enumerate(outs2))
+                work = dist.all_gather(outs, x, group=hg, async_op=True)
+                work.wait()
+                t = x.clone()
+                dist.all_reduce(t, group=hg)
+                assert torch.equal(t, sum(torch.arange(5.0) + r for r in range(world)))
+    # device backends registered as torch does for its built-ins (DCP, _get_pg_default_device read them)
+    assert torch.device("cpu") in hg._device_types
+    assert dist.distributed_c10d._get_object_coll_device(hg) == "cpu"
 
 
 def test_every_collective_matches_gloo() -> None:
@@ -227,3 +286,34 @@ def test_bad_device_map() -> None:
     pg._device_map = {"cpu": "mpi"}
     with pytest.raises(RuntimeError, match="cannot serve"):
         pg._backend_for(torch.device("cpu"))
+
+
+SPAWN_SCRIPT = '''
+import os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def child(rank, port):
+    assert "hocc" not in sys.modules  # torch's "torch.backends" entry point registered the backend
+    dist.init_process_group("hocc", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), 3.0)), t
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(child, args=(int(sys.argv[1]),), nprocs=2)
+    print("spawned ok")
+'''
+
+
+def test_backend_known_without_importing_hocc(tmp_path: Path) -> None:
+    """A script that never imports hocc (mp.spawn children of a script that imports it only inside
+    main(), a framework's launcher) still finds the "hocc" backend."""
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWN_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    done = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0 and "spawned ok" in done.stdout, done.stderr[-3000:]

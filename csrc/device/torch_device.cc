@@ -102,7 +102,12 @@ class TorchDevice final : public Device {
   void divide(void* dst, size_t n, DType t, double divisor, void* stream) override {
     if (!n) return;
     c10::StreamGuard g(at(stream));
-    view(dst, n, t, dev_).div_(divisor);
+    at::Tensor d = view(dst, n, t, dev_);
+    if (at::isIntegralType(d.scalar_type(), false)) {
+      d.div_(static_cast<int64_t>(divisor), "trunc");  // integer AVG as NCCL's: toward zero, in the dtype
+    } else {
+      d.div_(divisor);
+    }
   }
 
  private:

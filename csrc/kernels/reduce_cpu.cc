@@ -196,6 +196,16 @@ void reduce_cpu_many(void* dst, const void* const* srcs, int nsrc, size_t n, DTy
   }
 }
 
+namespace {
+// Integer AVG as NCCL does it: the integer sum, then C's division (truncates toward zero).
+template <typename T>
+void divide_int(void* dst, size_t n, double divisor) {
+  auto* d = static_cast<T*>(dst);
+  const auto q = static_cast<int64_t>(divisor);
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<int64_t>(d[i]) / q);
+}
+}  // namespace
+
 void divide_cpu(void* dst, size_t n, DType t, double divisor) {
   switch (t) {
     case DType::f32: {
@@ -221,9 +231,12 @@ void divide_cpu(void* dst, size_t n, DType t, double divisor) {
       for (size_t i = 0; i < n; ++i) d[i] = BFloat::store(BFloat::load(d[i]) / q);
       return;
     }
-    default:
-      throw Error(std::string("hocc: AVG needs a floating-point dtype, not ") + dtype_name(t));
+    case DType::i8: return divide_int<int8_t>(dst, n, divisor);
+    case DType::u8: return divide_int<uint8_t>(dst, n, divisor);
+    case DType::i32: return divide_int<int32_t>(dst, n, divisor);
+    case DType::i64: return divide_int<int64_t>(dst, n, divisor);
   }
+  throw Error(std::string("hocc: AVG cannot divide dtype ") + dtype_name(t));
 }
 
 }  // namespace hocc

@@ -17,8 +17,8 @@ void reduce_cpu(void* dst, const void* src, size_t n, DType dtype, RedOp op);
 // cache-sized blocks so dst is read and written once.
 void reduce_cpu_many(void* dst, const void* const* srcs, int nsrc, size_t n, DType dtype, RedOp op);
 
-// dst /= divisor elementwise (AVG), for the floating-point dtypes; fp16 and
-// bf16 divide in float and round once, as torch does.
+// dst /= divisor elementwise (AVG): fp16 and bf16 divide in float and round
+// once, as torch does; integers divide as C does (toward zero), as NCCL's AVG.
 void divide_cpu(void* dst, size_t n, DType dtype, double divisor);
 
 }  // namespace hocc

@@ -17,7 +17,7 @@ from hocc.api.dlpack import accepts_arrays
 from hocc.config import get_config
 from hocc.engine.engine import Engine
 from hocc.engine.registry import get_engine
-from hocc.engine.work import Work
+from hocc.engine.work import Work, copy_out
 from hocc.executor.plans import dtype_name
 from hocc.plan.types import Plan
 
@@ -86,7 +86,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: dis
     flat = torch.empty(tensor.numel() * len(tensor_list), dtype=tensor.dtype, device=tensor.device)
     work = all_gather_into_tensor(flat, tensor, group=g, async_op=True, algo=algo)
     assert work is not None
-    return _then(work, lambda: _split_into(flat, tensor_list), tensor_list, async_op)
+    return _then(work, lambda: copy_out(flat, tensor_list), tensor_list, async_op)
 
 
 @accepts_arrays("output")
@@ -146,12 +146,6 @@ def _check_list(tensors: list[torch.Tensor], like: torch.Tensor, world: int, wha
         if t.numel() != like.numel():
             raise v.HoccError(f"hocc.{fn}: {what}[{i}] has {t.numel()} elements, expected {like.numel()} "
                               "like the other tensor; hocc needs equal sizes")
-
-
-def _split_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
-    n = flat.numel() // max(len(tensors), 1)
-    for i, t in enumerate(tensors):
-        t.view(-1).copy_(flat[i * n:(i + 1) * n])
 
 
 def _then(work: Work, after: Callable[[], None], result: list[torch.Tensor], async_op: bool) -> Work | None:

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import algo_choices
-from hocc.engine.dtypes import DTYPES, FLOAT_DTYPES, op_name
+from hocc.engine.dtypes import DTYPES, op_name
 
 
 class HoccError(ValueError):
@@ -44,10 +44,7 @@ def check_op(op: object, dtype: torch.dtype, fn: str) -> str:
         name = op_name(op)
     except ValueError as e:
         raise HoccError(f"hocc.{fn}: {e}") from None
-    if name == "avg" and dtype not in FLOAT_DTYPES:
-        raise HoccError(f"hocc.{fn}: ReduceOp.AVG needs a floating-point tensor, got {dtype}; "
-                        "use SUM and divide, or convert to a float dtype")
-    return name
+    return name  # AVG of integers: the integer sum, divided toward zero (as NCCL's)
 
 
 def check_tensor(t: object, what: str, fn: str) -> torch.Tensor:

@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 
 from hocc.backend.barrier import BarrierLog, BarrierWork, barrier_error
-from hocc.engine.dtypes import DTYPES, op_name
+from hocc.engine.dtypes import DTYPES, op_name, premul_factor
 from hocc.engine.engine import Engine
 from hocc.engine.errors import CollectiveError
 from hocc.engine.group import GroupInfo, new_backend
-from hocc.engine.work import Work
+from hocc.engine.work import Work, copy_out
 
 # Methods handed to the inner backend as they are: ProcessGroup's name -> the backend's.
 DELEGATED = {
@@ -180,13 +180,25 @@ class HoccProcessGroup(dist.ProcessGroup):
 
     @staticmethod
     def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
-        """What hocc plans; anything else (other ops, dtypes, layouts) the inner backend runs."""
+        """What hocc plans; anything else (other ops, dtypes, layouts) the inner backend runs.
+        PREMUL_SUM is planned as SUM over a scaled copy (_scaled)."""
+        if premul_factor(op) is not None:
+            return all(t.dtype in DTYPES and t.is_contiguous() and t.is_floating_point() for t in tensors)
         try:
-            name = op_name(op)
+            op_name(op)
         except ValueError:
             return False
-        return (all(t.dtype in DTYPES and t.is_contiguous() for t in tensors)
-                and not (name == "avg" and not tensors[0].is_floating_point()))
+        return all(t.dtype in DTYPES and t.is_contiguous() for t in tensors)
+
+    @staticmethod
+    def _scaled(t: torch.Tensor, op: object) -> tuple[torch.Tensor, str]:
+        """The tensor to reduce and the op's name: for PREMUL_SUM a copy of `t`
+        times its factor, summed (the caller's tensor is never scaled in
+        place, so a failed call leaves it untouched), else `t` itself."""
+        factor = premul_factor(op)
+        if factor is None:
+            return t, op_name(op)
+        return t * factor, "sum"
 
     def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.AllreduceOptions()
@@ -195,7 +207,11 @@ class HoccProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         if len(tensors) != 1 or not self._planned(t.device) or not self._plannable(tensors, opts.reduceOp):
             return self.inner(t.device).allreduce(tensors, opts)
-        return self._run("all_reduce", t, t, opts.reduceOp)
+        src, name = self._scaled(t, opts.reduceOp)
+        work = self._submit("all_reduce", src, src, name)
+        if src is not t:  # the scaled copy's sum goes to the caller's tensor once the call succeeded
+            work = work.then(lambda: copy_out(src, [t]), [t])
+        return _FutureWork(work.get_future())
 
     def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> dist.Work:
         if not self._planned(inp.device) or not self._plannable([output, inp]):
@@ -208,12 +224,14 @@ class HoccProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         if not self._planned(inp.device) or not self._plannable([output, inp], opts.reduceOp):
             return self.inner(inp.device)._reduce_scatter_base(output, inp, opts)
-        return self._run("reduce_scatter", inp, output, opts.reduceOp)
+        src, name = self._scaled(inp, opts.reduceOp)
+        return _FutureWork(self._submit("reduce_scatter", src, output, name).get_future())
 
     _reduce_scatter_base = reduce_scatter_single
 
     def allgather(self, output_lists: Any, inputs: Any, opts: Any = None) -> dist.Work:
-        """List form: gathered into one flat buffer by hocc, then split."""
+        """List form: gathered into one flat buffer by hocc, then split into the
+        caller's list once (and only if) the call succeeded."""
         inp = inputs[0]
         outs = output_lists[0]
         if (len(inputs) != 1 or not self._planned(inp.device) or not self._plannable([inp, *outs])
@@ -221,13 +239,7 @@ class HoccProcessGroup(dist.ProcessGroup):
             return self.inner(inp.device).allgather(output_lists, inputs, opts or dist.AllgatherOptions())
         flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype, device=inp.device)
         work = self._submit("all_gather", inp, flat, "sum")
-
-        def split(_: Any) -> list[torch.Tensor]:
-            for i, o in enumerate(outs):
-                o.view(-1).copy_(flat[i * inp.numel():(i + 1) * inp.numel()])
-            return list(outs)
-
-        return _FutureWork(work.get_future().then(split))
+        return _FutureWork(work.then(lambda: copy_out(flat, outs), list(outs)).get_future())
 
     def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
@@ -237,17 +249,17 @@ class HoccProcessGroup(dist.ProcessGroup):
                 or any(i.numel() != out.numel() for i in ins)):
             return self.inner(out.device).reduce_scatter(outputs, input_lists, opts)
         flat = torch.cat([i.reshape(-1) for i in ins])
-        return self._run("reduce_scatter", flat, out, opts.reduceOp)
+        return self.reduce_scatter_single(out, flat, opts)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> dist.Work:
-        return _all_of([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+        return _AllOf([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
-        return _all_of([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+        return _AllOf([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -306,10 +318,28 @@ class _FutureWork(dist.Work):
         return self._fut
 
 
-def _all_of(works: list[dist.Work]) -> dist.Work:
-    """One Work for several (the coalesced calls run as one call each, in order)."""
-    futs = [w.get_future() for w in works]
-    return _FutureWork(torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()]))
+class _AllOf(dist.Work):
+    """One Work for several calls (the coalesced calls run as one call each, in
+    order): wait() raises the first failed call's own error, as it is."""
+
+    def __init__(self, works: list[dist.Work]) -> None:
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        for w in self._works:
+            w.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self._works)
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        futs = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()])
 
 
 def _delegate(name: str, backend_name: str) -> Any:
@@ -329,8 +359,24 @@ for _name, _backend_name in DELEGATED.items():
 
 def create(opts: Any, _pg_options: Any = None) -> HoccProcessGroup:
     """torch.distributed's creator hook (extended API)."""
-    return HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
-                            list(opts.global_ranks_in_group or []), str(opts.group_id))
+    pg = HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                          list(opts.global_ranks_in_group or []), str(opts.group_id))
+    register_devices(pg)
+    return pg
+
+
+def register_devices(pg: HoccProcessGroup) -> None:
+    """Register the group's device backends, as torch does for its built-ins:
+    CPU, and CUDA where torch has it. torch registers none for a ProcessGroup
+    subclass, and its utilities read them (pg._device_types: DCP's async save,
+    broadcast_from_rank0, _get_pg_default_device). The backend registered is
+    the inner one (c10d takes only C++ backends); the group's own methods, which
+    every torch.distributed call and DDP go through, stay hocc's."""
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        devices.append(torch.device("cuda"))
+    for device in devices:
+        pg._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, pg.inner(device))
 
 
 def register() -> None:

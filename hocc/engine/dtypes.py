@@ -27,3 +27,10 @@ def op_name(op: object) -> str:
             continue
     supported = ", ".join(f"ReduceOp.{n.upper()}" for n in OP_NAMES.values())
     raise ValueError(f"unsupported reduction op {op!r}; hocc supports {supported}")
+
+
+def premul_factor(op: object) -> float | torch.Tensor | None:
+    """PREMUL_SUM's factor (a number or a tensor; dist._make_nccl_premul_sum), else None."""
+    if getattr(op, "op", None) == dist.ReduceOp.PREMUL_SUM:
+        return op.factor  # type: ignore[attr-defined]
+    return None

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import Config
+from hocc.engine.errors import CollectiveError
 from hocc.plan.nccl_defaults import NCCL_LINKS
 from hocc.topology import Topology, from_hostnames, parse_spec
 from hocc.topology.detect import from_host_reports, host_report
@@ -103,9 +104,33 @@ def resolve_topology(info: GroupInfo, prefix: str, cfg: Config, device: torch.de
     if device is not None and device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         info.store.set(f"{prefix}/host/{info.rank}", json.dumps(host_report(index)))
-        reps = [json.loads(info.store.get(f"{prefix}/host/{r}")) for r in range(info.size)]
+        reps = [json.loads(v) for v in gather_from_store(info, f"{prefix}/host", "its host report")]
         return from_host_reports([r["hostname"] for r in reps], reps, NCCL_LINKS,
                                  warn=log.warning if info.rank == 0 else (lambda _: None))
     info.store.set(f"{prefix}/host/{info.rank}", socket.gethostname())
-    names = [info.store.get(f"{prefix}/host/{r}").decode() for r in range(info.size)]
+    names = [v.decode() for v in gather_from_store(info, f"{prefix}/host", "its hostname")]
     return from_hostnames(names)
+
+
+def gather_from_store(info: GroupInfo, key: str, what: str) -> list[bytes]:
+    """Every rank's `key/<rank>` from the store. A rank that never writes its
+    key (it made another call, or is gone) fails the wait with the store's
+    timeout; that becomes a CollectiveError naming the ranks that never came,
+    instead of the store's raw error with its internal key."""
+    try:
+        return [info.store.get(f"{key}/{r}") for r in range(info.size)]
+    except (dist.DistStoreError, RuntimeError) as e:
+        missing = [r for r in range(info.size) if not _has_key(info.store, f"{key}/{r}")]
+        glob = [info.global_ranks[r] for r in missing]
+        raise CollectiveError(
+            f"hocc: setting up group {info.name!r} (rank {info.rank} of {info.size}) timed out after "
+            f"{info.timeout}: rank(s) {missing} (global {glob}) never sent {what}. They made another call than "
+            "this rank's first hocc collective on the group, or are gone; every rank must make the same "
+            f"collectives in the same order. The store said: {e}", group=info.name) from e
+
+
+def _has_key(store: dist.Store, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except RuntimeError:
+        return False

@@ -19,6 +19,18 @@ def on_stream(stream: Any) -> Any:
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
+def copy_out(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Split `flat` into equal parts, one into each of `tensors` (a list form's
+    outputs). Under inference_mode, as a backend's own C++ copy is: the copy
+    runs on hocc's worker thread, where the caller's autograd modes do not
+    hold, and must take inference tensors as well as normal ones (normal ones
+    still get their version bumped)."""
+    n = flat.numel() // max(len(tensors), 1)
+    with torch.inference_mode():
+        for i, t in enumerate(tensors):
+            t.view(-1).copy_(flat[i * n:(i + 1) * n])
+
+
 class Work:
     """wait(), is_completed(), is_success(), exception() and get_future(), as c10d's
     Work has them. An error in the collective is raised by wait(). `fut` is the
