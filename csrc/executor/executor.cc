@@ -149,6 +149,8 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   // was: where failures show before run() returns (not on an async transport: they surface on the stream)
   const bool beside = plan.collective == Op::all_reduce && plan.work_at != WorkAt::scratch && !t_.async() &&
                       count && bufs.input && bufs.input == bufs.output;
+  const size_t need = beside ? count * es : plan.work_at == WorkAt::scratch && n && !bufs.work ? n * es : 0;
+  keep_or_release_work(need);
   char* output = beside ? work_.at_least(count * es, dev) : static_cast<char*>(bufs.output);
   char* work = plan.work_at == WorkAt::output ? output
                : plan.work_at == WorkAt::scratch ? static_cast<char*>(bufs.work)
@@ -177,11 +179,22 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (average && plan.collective != Op::all_gather) dev.divide(r.output, count, t, double(plan.world), caller_stream);
   if (beside) dev.reduce(bufs.output, output, count, t, RedOp::none, caller_stream);
   if (!t_.async()) dev.sync(caller_stream);
-  // A large work buffer goes back at once: between calls only kKeepWork bytes stay. On a GPU every one
-  // does, to torch's allocator on the caller's stream (ordered after the run): a buffer kept for the next
-  // call could be packed by a call on another stream while this one's unpack is still pending.
-  if (t_.async() || work_.size() > kKeepWork) work_.release();
+  // On a GPU the work buffer goes back after every run, to torch's allocator on the caller's stream
+  // (ordered after the run): a buffer kept for the next call could be packed by a call on another stream
+  // while this one's unpack is still pending. On the host it stays for the next calls (keep_or_release_work).
+  if (t_.async()) work_.release();
   if (rec) rec->end();
+}
+
+void Executor::keep_or_release_work(size_t need) {
+  if (work_.size() <= kKeepWork || need * 2 > work_.size()) {
+    small_runs_ = 0;  // small, or about the size this run needs: kept
+    return;
+  }
+  if (++small_runs_ >= kKeepRuns) {  // calls have not needed it for a while: back to the OS
+    work_.release();
+    small_runs_ = 0;
+  }
 }
 
 void Executor::run_wavefront(const Plan& plan, const Run& r, void* caller_stream, bool timed) {

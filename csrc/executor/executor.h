@@ -49,6 +49,9 @@ struct StepTiming {
 
 class Executor {
  public:
+  // the work buffer's bounds (keep_or_release_work, below)
+  static constexpr size_t kKeepWork = size_t(4) << 20;
+  static constexpr int kKeepRuns = 8;
   explicit Executor(Transport& t) : t_(t) {}
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -66,7 +69,7 @@ class Executor {
   // "run:<command>" (runs a shell command, e.g. to cut a link, then goes on)
   void inject_fault(int stage, const std::string& action);
   void set_trace(bool on) { trace_ = on; }
-  // bytes of work buffer held between calls (at most kKeepWork)
+  // bytes of work buffer held between calls (keep_or_release_work says how many)
   size_t held_bytes() const { return work_.size(); }
   std::vector<StepTiming> take_timings();
   // Flight recorder (core/record.h): each run notes when this rank began and
@@ -88,13 +91,16 @@ class Executor {
   void run_threads(const Plan& plan, const Run& r, void* caller_stream);
   void* lane_stream(int stage);
 
-  // The work buffer a plan needs when the caller gives none: on CPU kept between
-  // calls up to kKeepWork bytes (small calls, the many of a training loop, then
-  // pay no allocation), released after the run above it, so what the executor
-  // holds between calls is bounded whatever the largest call was; on a GPU
-  // released after every run (torch's caching allocator keeps it cheap).
-  static constexpr size_t kKeepWork = size_t(4) << 20;
+  // The work buffer a plan needs when the caller gives none. On CPU it stays
+  // between calls while they keep needing it: a fresh mapping of a large call's
+  // size costs its page faults and zeroing on every call (+15-45% at 16-64 MiB).
+  // One above kKeepWork goes back to the OS once kKeepRuns runs in a row needed
+  // less than half of it, so what the executor holds between calls is at most
+  // the largest buffer of its last kKeepRuns calls, or kKeepWork. On a GPU it is
+  // released after every run (torch's caching allocator keeps that cheap).
+  void keep_or_release_work(size_t need);  // before a run that needs `need` bytes of it
   Scratch work_;
+  int small_runs_ = 0;  // runs in a row that needed less than half of a work buffer above kKeepWork
   Transport& t_;
   std::vector<void*> streams_;  // one per stage, created on first use (the device's: it outlives them)
   bool trace_ = false;
