@@ -239,7 +239,7 @@ def _ops_and_modes(rank: int, world: int, hg: dist.ProcessGroup, gloo: dist.Proc
                 t = x.clone()
                 dist.all_reduce(t, group=hg)
                 assert torch.equal(t, sum(torch.arange(5.0) + r for r in range(world)))
-    # device backends registered as torch does for its built-ins (DCP, _get_pg_default_device read them)
+    # devices reported as torch's built-ins report theirs (DCP, _get_pg_default_device read them)
     assert torch.device("cpu") in hg._device_types
     assert dist.distributed_c10d._get_object_coll_device(hg) == "cpu"
 

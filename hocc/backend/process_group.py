@@ -62,6 +62,18 @@ class HoccProcessGroup(dist.ProcessGroup):
     def group_name(self) -> str:
         return self._name
 
+    @property
+    def _device_types(self) -> list[torch.device]:
+        """The devices this group serves, as torch's built-ins report theirs: CPU, and CUDA where torch
+        has it (torch registers no device backend for a ProcessGroup subclass, and its utilities read
+        this: DCP's async save, broadcast_from_rank0, _get_pg_default_device). Reported here rather than
+        by registering the inner backends: a registration would keep them (their threads, sockets) alive
+        as long as the group object, which a caught error's traceback can hold after destroy."""
+        devices = [torch.device("cpu")]
+        if torch.cuda.is_available() and dist.is_nccl_available():
+            devices.append(torch.device("cuda"))
+        return devices
+
     def __repr__(self) -> str:
         return f"HoccProcessGroup(rank={self.rank()}, size={self.size()}, name={self._name})"
 
@@ -361,22 +373,7 @@ def create(opts: Any, _pg_options: Any = None) -> HoccProcessGroup:
     """torch.distributed's creator hook (extended API)."""
     pg = HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                           list(opts.global_ranks_in_group or []), str(opts.group_id))
-    register_devices(pg)
     return pg
-
-
-def register_devices(pg: HoccProcessGroup) -> None:
-    """Register the group's device backends, as torch does for its built-ins:
-    CPU, and CUDA where torch has it. torch registers none for a ProcessGroup
-    subclass, and its utilities read them (pg._device_types: DCP's async save,
-    broadcast_from_rank0, _get_pg_default_device). The backend registered is
-    the inner one (c10d takes only C++ backends); the group's own methods, which
-    every torch.distributed call and DDP go through, stay hocc's."""
-    devices = [torch.device("cpu")]
-    if torch.cuda.is_available() and dist.is_nccl_available():
-        devices.append(torch.device("cuda"))
-    for device in devices:
-        pg._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, pg.inner(device))
 
 
 def register() -> None:
