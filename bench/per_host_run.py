@@ -24,36 +24,18 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.bench.collectives import COLLECTIVES
 from hocc.bench.sizes import parse_size
 
 
-def _buffers(op: str, nbytes: int, world: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """nccl-tests' sizes: all_reduce's tensor, all_gather's output and reduce_scatter's input are `nbytes`."""
-    n = nbytes // 4
+def _gloo(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
+    """gloo's own call, the baseline (hocc's calls go through hocc-bench's BenchCollective.launch)."""
     if op == "all_reduce":
-        t = torch.full((n,), float(rank + 1))
-        return t, t
-    per = n // world
-    if op == "all_gather":
-        return torch.full((per,), float(rank + 1)), torch.empty(per * world)
-    return torch.full((per * world,), float(rank + 1)), torch.empty(per)
-
-
-def _call(op: str, way: str, inp: torch.Tensor, out: torch.Tensor) -> None:
-    if way == "gloo":
-        if op == "all_reduce":
-            dist.all_reduce(inp)
-        elif op == "all_gather":
-            dist.all_gather_into_tensor(out, inp)
-        else:
-            dist.reduce_scatter_tensor(out, inp)
-        return
-    if op == "all_reduce":
-        hocc.all_reduce(inp, algo=way)
+        dist.all_reduce(inp)
     elif op == "all_gather":
-        hocc.all_gather_into_tensor(out, inp, algo=way)
+        dist.all_gather_into_tensor(out, inp)
     else:
-        hocc.reduce_scatter_tensor(out, inp, algo=way)
+        dist.reduce_scatter_tensor(out, inp)
 
 
 def main() -> None:
@@ -71,19 +53,24 @@ def main() -> None:
     nbytes = parse_size(a.size)
     ways = ["gloo", *a.algos.split(",")]
     for op in a.ops.split(","):
-        inp, out = _buffers(op, nbytes, world, rank)
+        coll = COLLECTIVES[op]  # nccl-tests' sizes and data, as hocc-bench's
+        inp, out = coll.buffers(nbytes, torch.float32, world, rank, torch.device("cpu"))
+        fresh = inp.clone()
         times: dict[str, list[float]] = {w: [] for w in ways}
         for it in range(a.warmup + a.iters):
             for way in ways:
                 dist.barrier()
                 t0 = time.perf_counter()
-                _call(op, way, inp, out)
+                if way == "gloo":
+                    _gloo(op, inp, out)
+                else:
+                    coll.launch(inp, out, "sum", way)
                 took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
                 if it >= a.warmup:
                     times[way].append(float(took))
                 if op == "all_reduce":
-                    inp.fill_(float(rank + 1))  # keep the values bounded
+                    inp.copy_(fresh)  # in place: keep the values bounded
         if rank == 0:
             for way in ways:
                 print(json.dumps({"tag": a.tag, "op": op, "size": nbytes, "way": way, "world": world,

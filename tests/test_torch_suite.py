@@ -18,15 +18,15 @@ SUITE = Path(__file__).parent / "torch_suite"
 
 
 # torch's test_barrier_timeout_group needs 8 ranks (it skips below) and 36 s here: it passes, but is
-# left out of make test for time (`WORLD_SIZE=8 .venv/bin/python tests/torch_suite/barrier_timeout.py
+# left out of make test for time (`WORLD_SIZE=8 .venv/bin/python tests/torch_suite/dist_suite.py
 # -k test_barrier_timeout_group`); tests/test_barrier.py checks a sub-group's barrier in 3 ranks.
 @pytest.mark.parametrize(("world", "test"), [
     (4, "test_barrier_timeout_global"),
     (4, "test_barrier_timeout_full_group"),
 ])
 def test_torch_barrier_timeout(world: int, test: str, tmp_path: Path) -> None:
-    env = dict(os.environ, WORLD_SIZE=str(world), TEMP_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, str(SUITE / "barrier_timeout.py"), "-v", "-k", test], env=env,
+    env = dict(os.environ, WORLD_SIZE=str(world), TEMP_DIR=str(tmp_path), SUITE_BACKEND="hocc")
+    done = subprocess.run([sys.executable, str(SUITE / "dist_suite.py"), "-v", "-k", test], env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]

@@ -36,7 +36,7 @@ def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.Proc
     fn = "all_reduce"
     g = v.resolve_group(group, fn)
     v.check_tensor(tensor, "tensor", fn)
-    name = v.check_op(op, tensor.dtype, fn)
+    name = v.check_op(op, fn)
     v.check_algo(algo or get_config().algo, fn)
     check_not_capturing(tensor, fn)
     return _engine(g, tensor.device).run("all_reduce", tensor, tensor, name, algo, async_op)
@@ -69,7 +69,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     v.check_tensor(input, "input", fn)
     v.check_same([output, input], ["output", "input"], fn)
     v.check_sizes(input, output.numel() * dist.get_world_size(g), "input", fn)
-    name = v.check_op(op, input.dtype, fn)
+    name = v.check_op(op, fn)
     v.check_algo(algo or get_config().algo, fn)
     check_not_capturing(input, fn)
     return _engine(g, input.device).run("reduce_scatter", input, output, name, algo, async_op)

@@ -39,12 +39,12 @@ def check_algo(algo: str, fn: str) -> str:
     return algo
 
 
-def check_op(op: object, dtype: torch.dtype, fn: str) -> str:
+def check_op(op: object, fn: str) -> str:
     try:
         name = op_name(op)
     except ValueError as e:
         raise HoccError(f"hocc.{fn}: {e}") from None
-    return name  # AVG of integers: the integer sum, divided toward zero (as NCCL's)
+    return name  # any dtype: AVG of integers is the integer sum, divided toward zero (as NCCL's)
 
 
 def check_tensor(t: object, what: str, fn: str) -> torch.Tensor:

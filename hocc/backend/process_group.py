@@ -187,8 +187,8 @@ class HoccProcessGroup(dist.ProcessGroup):
         assert work is not None
         return work
 
-    def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, op: object) -> dist.Work:
-        return _FutureWork(self._submit(collective, inp, out, op_name(op)).get_future())
+    def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> dist.Work:
+        return _FutureWork(self._submit(collective, inp, out, reduce_op).get_future())
 
     @staticmethod
     def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
@@ -228,7 +228,7 @@ class HoccProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> dist.Work:
         if not self._planned(inp.device) or not self._plannable([output, inp]):
             return self.inner(inp.device)._allgather_base(output, inp, opts or dist.AllgatherOptions())
-        return self._run("all_gather", inp, output, dist.ReduceOp.SUM)
+        return self._run("all_gather", inp, output, "sum")
 
     _allgather_base = all_gather_single
 
@@ -237,7 +237,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         if not self._planned(inp.device) or not self._plannable([output, inp], opts.reduceOp):
             return self.inner(inp.device)._reduce_scatter_base(output, inp, opts)
         src, name = self._scaled(inp, opts.reduceOp)
-        return _FutureWork(self._submit("reduce_scatter", src, output, name).get_future())
+        return self._run("reduce_scatter", src, output, name)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -371,9 +371,8 @@ for _name, _backend_name in DELEGATED.items():
 
 def create(opts: Any, _pg_options: Any = None) -> HoccProcessGroup:
     """torch.distributed's creator hook (extended API)."""
-    pg = HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
-                          list(opts.global_ranks_in_group or []), str(opts.group_id))
-    return pg
+    return HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                            list(opts.global_ranks_in_group or []), str(opts.group_id))
 
 
 def register() -> None:

@@ -2,7 +2,9 @@
 on a backend named by SUITE_BACKEND (hocc, default, or gloo for the
 comparison). The module is imported as for gloo (torch gates tests by the
 backend at import) and the backend its tests initialize is switched after, so
-both runs select the same tests and run their code unchanged:
+both runs select the same tests and run their code unchanged (torch gates
+its barrier-timeout tests to gloo: "Only gloo backend supports timeouts";
+tests/test_torch_suite.py runs those on hocc this way):
 
     WORLD_SIZE=4 SUITE_BACKEND=gloo python tests/torch_suite/dist_suite.py -k all_reduce -k all_gather \\
         -k reduce_scatter -k allgather
