@@ -51,7 +51,7 @@ def test_example_runs(name: str) -> None:
     case = CASES[name]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.ranks),
            str(EXAMPLES / name), *case.args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOCC_TOPOLOGY": case.topology}  # HOCC_TUNE=0: conftest.py
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOCC_TOPOLOGY": case.topology}
     # a session of its own, so that a timeout ends torchrun's ranks too
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

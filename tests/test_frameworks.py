@@ -78,8 +78,8 @@ def _launch(run: str, out: Path) -> Launch:
     backend, settings = RUNS[run]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS),
            str(FRAMEWORKS / "run_all.py"), "--backend", backend, "--out", str(out)]
-    # HOCC_TUNE=0: conftest.py; no other HOCC_* setting of the caller's
-    env = {k: v for k, v in os.environ.items() if k == "HOCC_TUNE" or not k.startswith("HOCC_")}
+    # no HOCC_* setting of the caller's: the defaults users get
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOCC_")}
     env.update(OMP_NUM_THREADS="1", **settings)
     # a session of its own, so that a timeout ends torchrun's ranks too
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

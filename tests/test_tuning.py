@@ -14,10 +14,10 @@ import torch.distributed as dist
 
 import hocc
 import hocc.plan.crossover as crossover
-from hocc.engine.tuning import Tuner
+from hocc.engine.tuning import TRY_WITHIN, Tuner
 from hocc.engine.tuning_file import TuningFile
 from hocc.plan.crossover import Crossover, Pick, bucket_count, bucket_of, model_pick
-from hocc.plan.planner import PlannerConfig
+from hocc.plan.planner import PlannerConfig, predict_all
 from hocc.plan.policy import planner_settings
 from hocc.topology import parse_spec
 from tests.worlds import hocc_env, run_world
@@ -41,7 +41,8 @@ def test_table_is_the_model_and_needs_no_planner_after(monkeypatch: pytest.Monke
     for b in (3, 12, 20, 26):
         want = model_pick("all_reduce", bucket_count(b, 4), 4, TOPO, CPU)
         assert (table.picks[b].algo, table.picks[b].chunks) == (want.algo, want.chunks)
-    assert len(table.crossovers()) >= 2, table.crossovers()  # 2x4 at 200 Mbit/s: native small, ho_ring large
+    # 2x4 at 200 Mbit/s: ho_ring at every size (bench/results/model-picks.md), deeper pipelines as sizes grow
+    assert len({(p.algo, p.chunks) for p in table.picks}) >= 2, table.crossovers()
 
     def planner_called(*a: object, **k: object) -> None:
         raise AssertionError("the planner ran on the call path")
@@ -62,6 +63,7 @@ def test_trials_follow_the_call_sequence_and_the_fastest_wins() -> None:
         return [x * 2 for x in v]  # what the slowest rank saw (any monotone map keeps the order)
 
     tuner = _tuner(agree)
+    tuner.measure_all()  # hocc tune's trials: every algorithm, HO-Ring at several depths
     seen, trial = [], None
     for _ in range(100):
         pick, trial = tuner.pick("all_reduce", 1 << 20, 4, "float32")
@@ -82,6 +84,7 @@ def test_trials_follow_the_call_sequence_and_the_fastest_wins() -> None:
     assert all(t is not None and t.timed for t in again)
     # a second tuner fed the same calls plans the same trials (every rank does)
     other = _tuner(agree)
+    other.measure_all()
     replay = []
     for _ in range(len(seen)):
         p, t = other.pick("all_reduce", 1 << 20, 4, "float32")
@@ -90,9 +93,37 @@ def test_trials_follow_the_call_sequence_and_the_fastest_wins() -> None:
     assert replay == seen
 
 
+def test_the_model_settles_what_it_can_tell_apart() -> None:
+    """By default a bucket is measured only between the candidates the model
+    prices within TRY_WITHIN of its pick (HO-Ring at the model's K); one with
+    no such rival runs the model's pick from its first call, measuring nothing."""
+    tuner = _tuner(lambda v: v)
+    pick, trial = tuner.pick("all_reduce", 1 << 18, 4, "float32")  # 1 MiB on 2x4: ho_ring 1.5x below the rest, settled
+    want = model_pick("all_reduce", 1 << 18, 4, TOPO, CPU)
+    assert trial is None and (pick.algo, pick.chunks) == (want.algo, want.chunks) and "not measured" in pick.why
+    assert tuner.decided()[("all_reduce", "float32", bucket_of(1 << 20))] == pick
+    topo = parse_spec("2x2x2@nic=200mbit,trunk=100mbit")  # 256 KiB: all three priced within 5%
+    cfg = planner_settings(PlannerConfig(), "cpu", topo)
+    close = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
+    preds = predict_all("all_reduce", 1 << 16, 4, topo, cfg)
+    best = min(p.seconds for p in preds.values())
+    rivals = {(a, p.chunks if a == "ho_ring" else None) for a, p in preds.items() if p.seconds <= best * TRY_WITHIN}
+    assert len(rivals) >= 2, preds
+    seen = []
+    while True:
+        pick, trial = close.pick("all_reduce", 1 << 16, 4, "float32")
+        if trial is None:
+            break
+        seen.append((pick.algo, pick.chunks))
+        close.measured(trial, 0.01 if pick.algo == "native" else 0.02)
+    assert set(seen) == rivals and len(seen) <= 50, seen  # the model's rivals only, each at the model's K
+    assert pick.algo == "native" and pick.why.startswith("measured:")
+
+
 def test_the_file_keeps_choices_and_a_later_tuner_measures_nothing(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     tuner = _tuner(file=TuningFile(path))
+    tuner.measure_all()
     while True:
         _, trial = tuner.pick("all_gather", 100, 4, "float32")
         if trial is None:
@@ -101,9 +132,14 @@ def test_the_file_keeps_choices_and_a_later_tuner_measures_nothing(tmp_path: Pat
     want = tuner.decided()
     assert [p.algo for p in want.values()] == ["ring"]
     later = _tuner(file=TuningFile(path))
+    later.measure_all()
     pick, trial = later.pick("all_gather", 100, 4, "float32")
     assert trial is None and (pick.algo, pick.why) == ("ring", next(iter(want.values())).why)
     assert later.pick("all_gather", 100, 4, "float64")[1] is not None  # another dtype: not in the file
+    # what the model settled is not written: a later job with a refitted model decides it again
+    settled = _tuner(file=TuningFile(tmp_path / "s.json"))
+    assert settled.pick("all_reduce", 1 << 18, 4, "float32")[1] is None
+    assert not (tmp_path / "s.json").exists() or not TuningFile(tmp_path / "s.json").picks("test-key")
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read it"):
         TuningFile(path)
@@ -122,6 +158,7 @@ def _world_tuning(rank: int, world: int, path: str) -> None:
     from hocc.engine.registry import get_engine
 
     tuner = get_engine(dist.group.WORLD, torch.device("cpu")).tuner()  # type: ignore[arg-type]
+    tuner.measure_all()  # hocc tune's trials (every bucket measured), to exercise them in a real world
     sizes = (1, 6, 1000, 70001)
     for n in sizes:
         calls = 0

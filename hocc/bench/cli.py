@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import hocc
 from hocc.bench.collectives import COLLECTIVES, OP_NAMES
-from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json
+from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json, trials_table
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
 from hocc.config import algo_choices, get_config
@@ -132,6 +132,7 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
         sys.stdout.write(table(rows, spec.algos, bounds))
         sys.stdout.write(footer(rows, spec.algos, bounds))
         sys.stdout.write(skew_table(rows))
+        sys.stdout.write(trials_table(rows))
     sys.stdout.flush()
     if a.json:
         meta: dict[str, Any] = {

@@ -12,7 +12,7 @@ from typing import Any
 from hocc.bench.runner import Row
 
 FIELDS = ["op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong", "spread",
-          "skew_us", "late_us", "late_rank"]
+          "skew_us", "late_us", "late_rank", "trial_calls", "trial_s"]
 
 
 def _by_key(rows: Sequence[Row]) -> dict[tuple[str, int], dict[str, Row]]:
@@ -100,6 +100,19 @@ def skew_table(rows: Sequence[Row]) -> str:
     for r in rows:
         per = " ".join(f"{x:.0f}" for x in r.late_us or [])
         lines.append(f" {r.op:>15} {r.size:>12} {r.algo:>8} {r.skew_us or 0:>10.1f} {r.late_rank:>7}  {per}")
+    return "\n".join(lines) + "\n"
+
+
+def trials_table(rows: Sequence[Row]) -> str:
+    """auto's first calls of each size: the calls before its bucket was decided and their seconds (slowest
+    rank), and what it runs from then on (the main table's auto column times that)."""
+    rows = [r for r in rows if r.trial_calls is not None]
+    if not rows:
+        return ""
+    lines = ["# auto's trials: calls of the size before auto decided it (0: the model settled it, nothing measured)",
+             f"#{'op':>15} {'size':>12} {'calls':>6} {'seconds':>9} {'then ran':>9}"]
+    for r in rows:
+        lines.append(f" {r.op:>15} {r.size:>12} {r.trial_calls:>6} {r.trial_s or 0:>9.3f} {r.ran:>9}")
     return "\n".join(lines) + "\n"
 
 

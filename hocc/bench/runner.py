@@ -14,7 +14,9 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc.bench.collectives import COLLECTIVES, bandwidths
+from hocc.bench.collectives import COLLECTIVES, BenchCollective, bandwidths
+
+MAX_TRIAL_CALLS = 500  # a bucket's trials are far fewer (hocc.engine.tuning); this only bounds a mistake
 
 
 @dataclass
@@ -35,6 +37,10 @@ class Row:
     skew_us: float | None = None  # median over iterations of the latest rank's lateness
     late_us: list[float] | None = None  # each rank's mean lateness
     late_rank: int | None = None  # the rank with the largest mean lateness
+    # auto: the calls of this size that were its trials (0 where the model settled
+    # it), and their seconds on the slowest rank. time_us is auto after them, as a user meets it from then on
+    trial_calls: int | None = None
+    trial_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +81,10 @@ def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device
     world, rank = dist.get_world_size(), dist.get_rank()
     inp, out = coll.buffers(size, spec.dtype, world, rank, device)
     redop = spec.redop if coll.reduces else "none"
+    trial_calls = trial_s = None
+    if algo == "auto":
+        trial_calls, secs = _until_decided(coll, size, spec, device)
+        trial_s = _combine(secs, 3, device)
     wrong = 0
     if spec.check:
         coll.launch(inp, out, spec.redop, algo)
@@ -107,7 +117,32 @@ def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device
               algo, ran, t * 1e6, algbw, busbw, int(wrong_t.item()), spread)
     if spec.skew and arrivals:
         row.skew_us, row.late_us, row.late_rank = _skew(arrivals, world)
+    row.trial_calls, row.trial_s = trial_calls, trial_s
     return row
+
+
+def _until_decided(coll: BenchCollective, size: int, spec: BenchSpec, device: torch.device) -> tuple[int, float]:
+    """auto's first calls of a size: run it until the engine has decided the
+    size's bucket (its trials, if the model could not tell its candidates
+    apart), as nccl-tests reports a warmed algorithm. (trial calls, the
+    seconds until decided) on this rank; (0, 0.0) where nothing was measured.
+    Every rank stops after the same call: a trial's decision is made inside
+    the call that ends the trials."""
+    from hocc.engine.registry import get_engine
+    from hocc.executor.plans import dtype_name
+    from hocc.plan.crossover import bucket_of
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    inp, out = coll.buffers(size, spec.dtype, world, rank, device)
+    tuner = get_engine(dist.group.WORLD, device).tuner()  # type: ignore[arg-type]
+    key = (coll.name, dtype_name(inp.dtype), bucket_of(min(inp.numel(), out.numel()) * inp.element_size()))
+    calls, start = 0, time.perf_counter()
+    while key not in tuner.decided() and calls < MAX_TRIAL_CALLS:
+        coll.launch(inp, out, spec.redop, "auto")
+        calls += 1
+    _sync(device)
+    trials = tuner.trial_calls(key) or 0  # settled by the model (or the tuning file): its first call was no trial
+    return trials, time.perf_counter() - start if trials else 0.0
 
 
 def _skew(arrivals: list[int], world: int) -> tuple[float, list[float], int]:

@@ -1,16 +1,21 @@
 """Measured selection: what `auto` runs, per (collective, dtype, size bucket),
-decided by timing the candidates on the cluster the job runs on.
+decided by the cost model, and by timing its top candidates on the cluster the
+job runs on where the model cannot tell them apart.
 
-The first calls of a bucket are trials. Each candidate (native, the
-topology-ordered ring, HO-Ring at a few pipeline depths) runs a warm-up call
-the first time this engine runs it (communicator set-up is not timed), then
-three interleaved rounds, each a burst of back-to-back calls of each
-candidate (1-8 calls, about 20 ms of the fastest by the model's price; one
-round of one call when a call costs seconds), each burst started together on
-all ranks (a barrier: the previous candidate's stragglers are not its cost),
-each candidate's median call kept; the
-schedule follows from the call sequence alone, so
-every rank runs the same candidate in the same call. After the last trial each
+The candidates of a bucket are the algorithms the model prices within
+TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Where
+that is the pick alone (the usual case), the bucket is settled by the model at
+its first call and costs nothing. Otherwise its first calls are trials: each
+candidate runs a warm-up call the first time this engine runs it
+(communicator set-up is not timed), then three interleaved rounds, each a
+burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
+fastest by the model's price; one round of one call when a call costs
+seconds), each burst started together on all ranks (a barrier: the previous
+candidate's stragglers are not its cost), each candidate's median call kept
+(above 0.25 s a call, one call each and no warm-up: set-up is noise there);
+the schedule follows from the call sequence alone, so every rank runs the same
+candidate in the same call. `hocc tune` measures every candidate instead
+(Tuner.measure_all: every algorithm, HO-Ring at several depths), ahead of a job. After the last trial each
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
 own gloo group), the fastest wins, and the bucket runs it from then on at the
 cost of a lookup. The same agreed times refit the cost model's link
@@ -42,14 +47,17 @@ from typing import Any
 import torch
 
 from hocc.engine.tuning_file import TuningFile
-from hocc.plan.crossover import Crossover, Pick, bucket_of, human
+from hocc.plan.crossover import Crossover, Pick, bucket_of, human, model_pick
 from hocc.plan.planner import PlannerConfig, Prediction, chunk_choices, predict_all
 from hocc.plan.registry import algorithm
 from hocc.topology import Topology
 
 log = logging.getLogger("hocc")
 
-# HO-Ring pipeline depths tried besides the model's own: a spread wide enough
+# a bucket's candidates: the algorithms the model prices within TRY_WITHIN of its pick (a model off by
+# less than this keeps the fastest among them; bench/results/model-picks.md has the model's misses)
+TRY_WITHIN = 1.25
+# HO-Ring pipeline depths `hocc tune` (measure_all) tries besides the model's own: a spread wide enough
 # that a model priced for the wrong links still has the right K among them
 TRIED_CHUNKS = (1, 4, 16)
 # ROUNDS rounds over the candidates, each a burst of back-to-back calls worth about BURST_S of the
@@ -58,7 +66,7 @@ TRIED_CHUNKS = (1, 4, 16)
 # calls are steady, and each costs seconds)
 ROUNDS = 3
 BURST_S = 0.02
-MAX_BURST = 8
+MAX_BURST = 4
 ONE_ROUND_ABOVE_S = 0.25
 
 
@@ -101,6 +109,7 @@ class Tuner:
                  writer: bool) -> None:
         self.topology, self.base, self.device = topology, settings, device
         self.trials = trials and topology.world_size > 1
+        self.within, self.depths = TRY_WITHIN, False  # measure_all() widens both
         self.agree, self.file, self.key, self.writer = agree, file, key, writer
         self.model_topo, self.model_cfg = topology, settings  # refitted by measurements (CPU)
         self._tables: dict[tuple[str, int], Crossover] = {}
@@ -114,6 +123,12 @@ class Tuner:
             fitted = file.fit(key)
             if fitted is not None and device == "cpu":
                 self._use_fit(fitted)
+
+    def measure_all(self) -> None:
+        """Trials for every bucket, between every algorithm the model can
+        price (HO-Ring at several depths): `hocc tune`, measuring ahead of a
+        job. Call it before this tuner's first call."""
+        self.within, self.depths = math.inf, True
 
     # -- the caller's side (call order) ------------------------------------------
     def pick(self, collective: str, count: int, elem_size: int, dtype: str,
@@ -136,6 +151,9 @@ class Tuner:
                 if other.issued >= len(other.schedule):
                     self._wait(other, gone)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
+            if b.decided is not None:  # settled by the model: no trials
+                with self._lock:
+                    self._decided[key] = b.decided
         if b.issued >= len(b.schedule):  # every trial issued: wait for the worker's decision
             return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
@@ -168,26 +186,40 @@ class Tuner:
             return t
 
     def _plan_trials(self, collective: str, count: int, elem_size: int) -> _Bucket:
+        """The bucket's candidates and trial schedule; one the model settles
+        (no other candidate priced within self.within of its pick) comes
+        back decided, with no schedule."""
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
+        model = model_pick(collective, count, elem_size, self.model_topo, self.model_cfg)
+        bar = preds[model.algo].seconds * self.within
         cands = []
-        for name, pred in preds.items():  # every registered algorithm that can run; chunked ones at several K
+        for name, pred in preds.items():  # the algorithms that can run and the model cannot rule out
+            if name != model.algo and not pred.seconds <= bar:
+                continue
             if not algorithm(name).chunked:
                 cands.append(Pick(name, None, "trial"))
                 continue
-            total = count * elem_size * (1 if collective == "all_reduce" else self.topology.world_size)
-            allowed = chunk_choices(count, elem_size, self.base, total)
-            ks = {pred.chunks, max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
+            ks = {pred.chunks}
+            if self.depths:  # measure_all: several K
+                total = count * elem_size * (1 if collective == "all_reduce" else self.topology.world_size)
+                allowed = chunk_choices(count, elem_size, self.base, total)
+                ks |= {max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
             if self.base.chunks is not None:  # HOCC_CHUNKS fixes K
                 ks = {self.base.chunks}
             cands += [Pick(name, k, "trial") for k in sorted(ks)]
+        if len(cands) == 1:
+            b = _Bucket(cands, [], count, elem_size, collective, decided=Pick(
+                model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x: not measured)"))
+            b.done.set()
+            return b
         # warm-ups first, then rounds over every candidate (interleaved: a slow spell hits all alike), each a
         # burst of back-to-back calls started together (how a loop of such calls runs)
         schedule: list[tuple[int, bool, bool]] = []
+        rounds, burst = _rounds([_predicted(preds, c) for c in cands])
         for i, c in enumerate(cands):
-            if (collective, c.algo) not in self._warm:
+            if rounds > 1 and (collective, c.algo) not in self._warm:  # a call of seconds: set-up is noise
                 self._warm.add((collective, c.algo))
                 schedule.append((i, False, False))
-        rounds, burst = _rounds([_predicted(preds, c) for c in cands])
         schedule += [(i, True, j == 0) for _ in range(rounds) for i in range(len(cands)) for j in range(burst)]
         return _Bucket(cands, schedule, count, elem_size, collective)
 
@@ -219,7 +251,8 @@ class Tuner:
         log.info("hocc tuning: %s %s bucket %d: %s -> %s", key[0], key[1], key[2], why, _label(pick))
         fit = self._refit()
         if self.file is not None and self.writer:
-            self.file.save(self.key, {f"{k[0]}/{k[1]}/{k[2]}": p for k, p in self._decided.items()}, fit)
+            self.file.save(self.key, {f"{k[0]}/{k[1]}/{k[2]}": p for k, p in self._decided.items()
+                                      if p.why.startswith("measured")}, fit)
 
     def _refit(self) -> dict[str, Any] | None:
         """Fit the CPU cost model to every agreed time so far; the tables of
@@ -248,6 +281,12 @@ class Tuner:
         with self._lock:
             self.model_topo, self.model_cfg = topo, replace(self.base, params=fit.params)
             self._tables.clear()
+
+    def trial_calls(self, key: tuple[str, str, int]) -> int | None:
+        """How many calls a bucket's trials take (warm-ups included; 0: the
+        model settled it; None: no call of it yet, or it came from the tuning file)."""
+        b = self._buckets.get(key)
+        return None if b is None else len(b.schedule)
 
     def decided(self) -> dict[tuple[str, str, int], Pick]:
         with self._lock:
