@@ -154,7 +154,10 @@ class Cluster:
                        HOCC_TOPOLOGY=sc.spec(self.rate, self.trunk), PYTHONUNBUFFERED="1")
             env["GLOO_SOCKET_IFNAME"] = "lo" if sc.hosts == 1 else f"{PREFIX}-v{h}"
             prog = [script] if script else ["-m", "hocc.bench", "--device", "cpu"]
-            cmd = ["ip", "netns", "exec", self.namespaces[h], python, *prog, *bench_args]
+            # a hostname of its own per host (a UTS namespace): hocc groups ranks into hosts by hostname, so a
+            # run without HOCC_TOPOLOGY detects the emulated hosts, as it would real ones
+            cmd = ["ip", "netns", "exec", self.namespaces[h], "unshare", "--uts", "sh", "-c",
+                   f'hostname {PREFIX}-host{h} && exec "$@"', "sh", python, *prog, *bench_args]
             quiet = r != 0
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None,
                                           stderr=subprocess.DEVNULL if quiet else None, start_new_session=True))

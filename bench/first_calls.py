@@ -15,7 +15,8 @@ process per rank under a launcher; rank 0 prints one JSON line per job:
     sudo .venv/bin/python bench/cluster.py 2x4 --script bench/first_calls.py -- --no-topology
 
 --no-topology drops the launcher's HOCC_TOPOLOGY, so hocc detects the hosts
-itself, as a user who sets nothing gets."""
+itself (by hostname: bench/cluster.py gives each emulated host its own), as a
+user who sets nothing gets."""
 
 from __future__ import annotations
 
@@ -69,7 +70,9 @@ def main() -> None:
     p.add_argument("--no-topology", action="store_true", help="let hocc detect the hosts (drop HOCC_TOPOLOGY)")
     p.add_argument("--tag", default="")
     a = p.parse_args()
-    spec = os.environ.pop("HOCC_TOPOLOGY", None) if a.no_topology else os.environ.get("HOCC_TOPOLOGY")
+    if a.no_topology:
+        os.environ.pop("HOCC_TOPOLOGY", None)
+    spec = os.environ.get("HOCC_TOPOLOGY")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import hocc  # registers the backend; hocc.ddp_comm_hook below
 
