@@ -295,13 +295,18 @@ def test_clip_frozen_buffers_mixed_precision_peak_memory() -> None:
 
 
 class Deep(nn.Module):
-    """Eight blocks and a root that owns the first and last layers: the guideline's model of at least 8 units."""
+    """Eight blocks and a root that owns the first and last layers: the guideline's model of at least 8 units.
+    'frozen': one bias frozen inside the fourth block; 'lora': every block a frozen linear layer with a
+    trainable low-rank adapter (Lora)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "") -> None:
         super().__init__()
         torch.manual_seed(0)
         self.inp = nn.Linear(24, 24)
-        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(24, 24), nn.Tanh()) for _ in range(8)])
+        block = (lambda: Lora(24, 24)) if kind == "lora" else (lambda: nn.Sequential(nn.Linear(24, 24), nn.Tanh()))
+        self.blocks = nn.ModuleList([block() for _ in range(8)])
+        if kind == "frozen":
+            self.blocks[3][0].bias.requires_grad_(False)
         self.out = nn.Linear(24, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -312,18 +317,19 @@ class Deep(nn.Module):
 
 
 def _peak_memory(rank: int, world: int) -> None:
-    """Every strategy, fp32 and bf16 with fp32 reduction: the peak the Probe measures during forward and
-    backward is within 10% of what the guideline predicts, and above what is held at rest. On torch's
-    own collectives (what is held does not depend on who moves it, and they cost less per call)."""
+    """Every strategy, fp32, with a frozen weight inside a unit and with LoRA blocks, and bf16 with fp32
+    reduction: the most any rank's Probe measures during forward and backward is within 10% of what
+    the guideline predicts, and above what is held at rest. On hocc's collectives, paro_shard's default."""
     from hocc.paro import paro_shard
-    from hocc.paro.memory import StateBytes, memory_per_rank, peak_per_rank
+    from hocc.paro.memory import StateBytes, memory_per_rank
     from hocc.paro.probe import Probe
 
-    cases = [(s.name, None) for s in all_strategies()] + [("IIG", torch.bfloat16)]
-    for strat, dtype in cases:
-        model = Deep()
+    cases = [(s.name, kind, None) for kind in ("", "frozen", "lora") for s in all_strategies()]
+    cases += [("IIG", "", torch.bfloat16), ("GGG", "lora", torch.bfloat16)]
+    worst = []
+    for strat, kind, dtype in cases:
+        model = Deep(kind)
         mp = {"param_dtype": dtype, "reduce_dtype": torch.float32} if dtype else {}
-        mp["comm"] = "torch"
         for b in model.blocks:
             paro_shard(b, strat, **mp)  # type: ignore[arg-type]
         paro_shard(model, strat, **mp)  # type: ignore[arg-type]
@@ -339,11 +345,16 @@ def _peak_memory(rank: int, world: int) -> None:
         opt.step()
         units = model.paro_units()
         per = StateBytes(2, 2, 12, 4, reduce=4) if dtype else StateBytes(4, 4, 12, 4)
-        pred = peak_per_rank(strat, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, world, 4, per, 2)
-        got = probe.peak
-        assert abs(got.total - pred.total) <= 0.1 * pred.total, (strat, dtype, got, pred, probe.where)
-        rest = memory_per_rank(strat, sum(u.layout.numel for u in units), world, 4, per)
-        assert got.total > rest.total * 0.9, (strat, got, rest)
+        pred, got = probe.predicted(per, 2), probe.peak
+        most = torch.tensor([got.total])  # the guideline's peak is the most any rank holds
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        worst.append((abs(int(most) / pred.total - 1), strat, kind, dtype))
+        assert abs(int(most) - pred.total) <= 0.1 * pred.total, (strat, kind, dtype, int(most), got, pred, probe.where)
+        if not kind:
+            rest = memory_per_rank(strat, sum(u.layout.numel for u in units), world, 4, per)
+            assert got.total > rest.total * 0.9, (strat, got, rest)
+    if rank == 0:
+        print("# worst measured / predicted peaks:", sorted(worst, key=lambda w: w[0])[-3:])
     dist.barrier()
 
 

@@ -9,7 +9,7 @@ import pytest
 from hocc.paro import all_strategies
 from hocc.paro.advisor import evaluate
 from hocc.paro.comm import comm_per_step, planner_config
-from hocc.paro.memory import StateBytes, memory_per_rank, peak_per_rank
+from hocc.paro.memory import StateBytes, UnitSize, memory_per_rank, peak_per_rank
 from hocc.plan.planner import choose, predict_all
 from hocc.tools.cli import main
 from hocc.tools.paro_cli import parse_memory
@@ -97,11 +97,27 @@ def test_peak_counts_what_a_pass_gathers() -> None:
     rest = memory_per_rank("GGG", P, 8, 4)
     peak = peak_per_rank("GGG", units, root, 8, 4)
     assert peak.optim == rest.optim + 12 and peak.params == rest.params + 2 + 2 * (P // 32) * 2 + 8 * 2
-    # two units' gradients whole and every other unit's at G, in the optimizer's dtype
-    assert peak.grads == 2 * (P // 32) * 2 + 30 * (P // 32 // 8) * 4 + 8 * 2
+    # at the backward of the second unit: its gradients whole, the third's too with the part at G (bf16) its
+    # reduction in flight writes, 30 units' results at G in the optimizer's dtype, and the root's whole
+    assert peak.grads == 2 * (P // 32) * 2 + (P // 32 // 8) * 2 + 30 * (P // 32 // 8) * 4 + 8 * 2
     coarse = peak_per_rank("GGG", [P // 4] * 4, root, 8, 4)
     assert coarse.total > peak.total
     assert peak_per_rank("NNN", units, root, 8, 4).params == memory_per_rank("NNN", P + 8, 8, 4).params
+
+
+def test_frozen_weights_keep_a_unit_whole_and_hold_no_optimizer_state() -> None:
+    """LoRA-like units (a tenth of each trains): every unit stays gathered from its backward to the end
+    of backward, so the last backward holds all 32 whole; optimizer states only for the trainable tenth
+    (as many as one rank's G part can take)."""
+    u, root = P // 32, 8
+    rest = memory_per_rank("GGG", P, 8, 4)
+    lora = peak_per_rank("GGG", [UnitSize(u, u // 10)] * 32, root, 8, 4)
+    assert lora.params == rest.params + 2 + 32 * u * 2 + root * 2
+    assert lora.optim == rest.optim + 12 - 32 * 8 * (u // 8 - u // 10)
+    plain = peak_per_rank("GGG", [u] * 32, root, 8, 4)
+    assert plain == peak_per_rank("GGG", [UnitSize(u)] * 32, root, 8, 4) == peak_per_rank(
+        "GGG", [UnitSize(u, u)] * 32, root, 8, 4)
+    assert lora.params > plain.params and lora.optim < plain.optim
 
 
 def test_advise_with_units_and_compute(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
@@ -119,4 +135,16 @@ def test_advise_with_units_and_compute(capsys: pytest.CaptureFixture[str], tmp_p
                      "    return nn.Sequential(blocks, nn.Linear(10, 2))\n")
     assert main(["paro", "advise", "--model", f"{model}:build", "--topology", "2x4", "--json", "-"]) == 0
     out = capsys.readouterr().out
-    assert "462 parameters" in out
+    assert "462 parameters in" in out
+    frozen = tmp_path / "f.py"  # type: ignore[operator]
+    frozen.write_text("from torch import nn\n"
+                      "def build():\n"
+                      "    blocks = nn.ModuleList([nn.Linear(10, 10) for _ in range(4)])\n"
+                      "    for b in blocks:\n"
+                      "        b.weight.requires_grad_(False)\n"
+                      "    return nn.Sequential(blocks, nn.Linear(10, 2))\n")
+    assert main(["paro", "advise", "--model", f"{frozen}:build", "--topology", "2x4", "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "462 parameters (62 trainable) in" in out
+    from hocc.tools.paro_cli import model_units
+    assert model_units(f"{frozen}:build") == (462, 62, [UnitSize(110, 10)] * 4)

@@ -14,10 +14,11 @@ added once."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hocc.paro.comm import StepComm, comm_per_step
-from hocc.paro.memory import Memory, StateBytes, memory_per_rank, peak_per_rank
+from hocc.paro.memory import Memory, StateBytes, UnitSize, memory_per_rank, peak_per_rank
 from hocc.paro.strategy import PAPER_STRATEGIES, all_strategies
 from hocc.topology import Topology
 
@@ -53,25 +54,28 @@ class Option:
 
 def evaluate(numel: int, topo: Topology, accum: int = 1, memory_budget: float | None = None,
              per_param: StateBytes | None = None, elem_size: int = 2, backend: str = "gloo",
-             strategies: tuple[str, ...] | None = None, reserve: float = 0.0, units: list[int] | None = None,
-             compute_s: float | None = None) -> list[Option]:
+             strategies: tuple[str, ...] | None = None, reserve: float = 0.0,
+             units: Sequence[int | UnitSize] | None = None, compute_s: float | None = None,
+             trainable: int | None = None) -> list[Option]:
     """Every strategy (or those named), ranked: fitting ones by predicted
     seconds per step, then the ones that do not fit. units: the parameters of
-    each unit the model is wrapped as (forward order); the root owns what
-    they leave of `numel`. None: one unit, the whole model."""
+    each unit the model is wrapped as (forward order; a UnitSize says how many
+    train); the root owns what they leave of `numel` (and of `trainable`, the
+    model's trainable parameters; None: all). None: one unit, the whole model."""
     if numel < 1:
         raise ValueError(f"the model needs at least one parameter, got {numel}")
-    units = list(units or [])
-    root = numel - sum(units)
-    if root < 0:
-        raise ValueError(f"the units hold {sum(units)} parameters, more than the model's {numel}")
+    sized = [u if isinstance(u, UnitSize) else UnitSize(u) for u in units or []]
+    held = sum(u.numel for u in sized)
+    if held > numel:
+        raise ValueError(f"the units hold {held} parameters, more than the model's {numel}")
+    root = UnitSize(numel - held, None if trainable is None else max(trainable - sum(u.trains for u in sized), 0))
     group = len(topo.host_groups()[0])
     names = strategies or tuple(s.name for s in all_strategies())
     out = []
     for name in names:
         mem = memory_per_rank(name, numel, topo.world_size, group, per_param)
-        peak = peak_per_rank(name, units, root, topo.world_size, group, per_param, accum)
-        comm = comm_per_step(name, numel, topo, accum, elem_size, backend, units=len(units) + 1)
+        peak = peak_per_rank(name, sized, root, topo.world_size, group, per_param, accum)
+        comm = comm_per_step(name, numel, topo, accum, elem_size, backend, units=len(sized) + 1)
         fits = memory_budget is None or peak.total + reserve <= memory_budget
         out.append(Option(name, mem, peak, comm, fits, compute_s))
     return sorted(out, key=lambda o: (not o.fits, o.seconds, o.peak.total))

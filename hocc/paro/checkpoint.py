@@ -36,6 +36,7 @@ from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor.api import ShardedTensor
 from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 from torch.distributed._shard.sharded_tensor.shard import Shard
+from torch.nn.modules.module import _IncompatibleKeys
 
 if TYPE_CHECKING:
     from hocc.paro.shard import ParoModule
@@ -44,16 +45,22 @@ if TYPE_CHECKING:
 
 def full_state_dict(model: ParoModule) -> dict[str, torch.Tensor]:
     """Every parameter whole, in its own shape and the module's dtype, and
-    every buffer, by the names of model.state_dict(); on every rank."""
+    every persistent buffer, by the names of model.state_dict() and in its
+    order; on every rank. A tied parameter is under each of its names, the
+    same tensor under all of them (as torch's own state_dict gives it)."""
     out: dict[str, torch.Tensor] = {}
+    tied = _tied_names(model)
     for u, named in _units(model):
         flat = torch.empty(u.layout.padded, dtype=u.dtype, device=u.device)
         u.moves.run(partial(u.moves.gather, flat, u.master, u.strategy.optim, "N", "load", "params"))
         for name, _, sl in named:
             out[name] = flat[sl.offset:sl.offset + sl.numel].view(sl.shape).clone()
-    for name, b in model.named_buffers():  # type: ignore[attr-defined]
+            for alias in tied.get(name, ()):
+                out[alias] = out[name]
+    for name, b in _buffers(model).items():
         out[name] = b.detach().clone()
-    return out
+    order = list(model.state_dict(keep_vars=True))  # type: ignore[attr-defined]  # the shards: no copies
+    return {k: out[k] for k in order if k in out} | out
 
 
 # -- where things are -------------------------------------------------------------------
@@ -75,6 +82,15 @@ def _buffers(model: ParoModule, persistent: bool = True) -> dict[str, torch.Tens
             if b is not None and not (persistent and attr in m._non_persistent_buffers_set):
                 out.setdefault(f"{name}.{attr}" if name else attr, b)
     return out
+
+
+def _tied_names(model: ParoModule) -> dict[str, list[str]]:
+    """A tied parameter's first name (the one _units gives) -> its other
+    names in model.state_dict() (a weight tied inside a unit: an output head
+    that reuses the embedding's, say)."""
+    prefix = {id(m): n + "." if n else "" for n, m in model.named_modules()}  # type: ignore[attr-defined]
+    return {name: [prefix[id(owner)] + attr for owner, attr in sl.aliases]
+            for _, named in _units(model) for name, _, sl in named if sl.aliases}
 
 
 @lru_cache(maxsize=16)
@@ -168,13 +184,17 @@ def _gather_to_optim(u: Unit, gbuf: torch.Tensor) -> torch.Tensor:
 def sharded_state_dict(model: ParoModule) -> dict[str, Any]:
     """The model's parameters as ShardedTensors (each rank: its G part, in
     the module's dtype) and its persistent buffers as plain tensors (rank
-    0's), by the names of model.state_dict(): what dcp.save writes without
+    0's), by the names of model.state_dict() (a tied parameter under each of its
+    names): what dcp.save writes without
     gathering, and the template dcp.load fills under another strategy or
     world size. Collective (the buffers' broadcast)."""
     out: dict[str, Any] = {}
+    tied = _tied_names(model)
     for u, named in _units(model):
         for name, _, sl in named:
             out[name] = _shard(u, sl, u.part(u.master, sl, "G", u.strategy.optim).detach().clone())
+            for alias in tied.get(name, ()):  # the same ShardedTensor: dcp.load fills it once per name
+                out[alias] = out[name]
     out.update(_rank0_buffers(model))
     return out
 
@@ -189,31 +209,42 @@ def _rank0_buffers(model: ParoModule) -> dict[str, torch.Tensor]:
     return bufs
 
 
-def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool = True) -> None:
+def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool = True) -> _IncompatibleKeys:
     """Load parameters and buffers from a sharded state dict (ShardedTensors
     as sharded_state_dict makes and dcp.load fills) or a full one (whole
     tensors: full_state_dict's, or an unwrapped model's state_dict()), or a
     mix. Each rank takes its G part of every parameter, the unit gathers the
     parts to the optimizer's scope and writes `master`, so master ends up with
     exactly the saved values on every rank (the next forward refreshes the
-    rest). strict: every parameter and persistent buffer must be in `sd`,
-    and nothing else. Collective: every rank calls it, with the same keys."""
+    rest). A tied parameter takes its first name's value, else any other
+    name's. strict, as torch's load_state_dict: every name of
+    model.state_dict() (tied ones under each name, persistent buffers) must
+    be in `sd` and nothing else, else RuntimeError naming both lists; either
+    way the missing and unexpected keys are returned. Collective: every rank
+    calls it, with the same keys."""
     units = list(_units(model))
-    names = {name for _, named in units for name, _, _ in named}
-    persistent, every = _buffers(model), _buffers(model, persistent=False)
-    if strict:
-        missing = sorted((names | set(persistent)) - set(sd))
-        unexpected = sorted(set(sd) - names - set(every))
-        if missing or unexpected:
-            raise KeyError(f"load_sharded_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+    tied = _tied_names(model)
+    names = {name for _, named in units for name, _, _ in named} | {a for al in tied.values() for a in al}
+    persistent = _buffers(model)
+    missing = [k for k in model.state_dict(keep_vars=True) if k not in sd]  # type: ignore[attr-defined]
+    unexpected = [k for k in sd if k not in names and k not in persistent]
+    if strict and (missing or unexpected):
+        def quoted(keys: list[str]) -> str:
+            return ", ".join(f'"{k}"' for k in keys)
+        lines = [f"Missing key(s) in state_dict: {quoted(missing)}. " if missing else "",
+                 f"Unexpected key(s) in state_dict: {quoted(unexpected)}. " if unexpected else ""]
+        raise RuntimeError(f"Error(s) in loading state_dict for {type(model).__name__}:\n\t"
+                           + "\n\t".join(x for x in lines if x))
     for u, named in units:
         g0, g1 = u.layout.range("G")
         gbuf = torch.zeros(g1 - g0, dtype=u.dtype, device=u.device)
+        source = {name: next((k for k in (name, *tied.get(name, ())) if k in sd), None) for name, _, _ in named}
         for name, _, sl in named:
             lo, hi = u.local_range(sl, "G")
-            if name in sd and hi > lo:
-                u.part(gbuf, sl, "G", "G")[:] = _g_part(name, sd[name], sl, lo, hi)
-        present = [name in sd for name, _, _ in named]
+            key = source[name]
+            if key is not None and hi > lo:
+                u.part(gbuf, sl, "G", "G")[:] = _g_part(key, sd[key], sl, lo, hi)
+        present = [source[name] is not None for name, _, _ in named]
         if not any(present):
             continue  # (the same on every rank: the keys are)
         out = _gather_to_optim(u, gbuf)
@@ -226,16 +257,17 @@ def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool 
                     if here:
                         u.part(u.master, sl, o, o)[:] = u.part(out, sl, o, o)
     with torch.no_grad():
-        for name, b in every.items():
+        for name, b in persistent.items():
             if name in sd:
                 b.copy_(sd[name])
+    return _IncompatibleKeys(missing, unexpected)
 
 
-def load_full_state_dict(model: ParoModule, sd: dict[str, torch.Tensor], strict: bool = True) -> None:
+def load_full_state_dict(model: ParoModule, sd: dict[str, torch.Tensor], strict: bool = True) -> _IncompatibleKeys:
     """Load whole tensors (full_state_dict's, or an unwrapped model's
     state_dict()) into the wrapped model: load_sharded_state_dict, which
     takes either; named for the call sites that mean this one."""
-    load_sharded_state_dict(model, sd, strict)
+    return load_sharded_state_dict(model, sd, strict)
 
 
 # -- optimizer state --------------------------------------------------------------------

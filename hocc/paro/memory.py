@@ -8,7 +8,8 @@ that paro_shard holds (W blocks of ceil(P/W)), so the prediction is exact for it
 
 `memory_per_rank` is what a rank holds between the micro-steps of an
 accumulation (gradients at scope g); `peak_per_rank` adds what a pass
-gathers, unit by unit, as hocc/paro/shard.py runs it. Left out of both:
+gathers, unit by unit, and what its reductions hold in flight, as
+hocc/paro/shard.py runs it (frozen weights, UnitSize). Left out of both:
 activations and the collectives' own scratch.
 
 `Probe` measures the same thing on a running model: the distinct storages
@@ -79,62 +80,147 @@ def memory_per_rank(strategy: str | Strategy, numel: int, world: int, group_size
                   part(s.optim, b.optim_bytes(s)))
 
 
-def peak_per_rank(strategy: str | Strategy, units: Sequence[int], root: int, world: int, group_size: int,
-                  per_param: StateBytes | None = None, accum: int = 1) -> Memory:
+@dataclass(frozen=True)
+class UnitSize:
+    """A unit's parameters, and how many of them train (None: all). Frozen
+    ones have no gradient of their own and no optimizer state, and keep the
+    unit gathered from its backward to the end of backward (shard.py frees a
+    unit at its last gradient only when every weight trains: a frozen one may
+    still be read for the input's gradient). LoRA is this case."""
+
+    numel: int
+    trainable: int | None = None
+
+    @property
+    def trains(self) -> int:
+        return self.numel if self.trainable is None else self.trainable
+
+    @property
+    def frozen(self) -> bool:
+        return self.trains < self.numel
+
+
+def peak_per_rank(strategy: str | Strategy, units: Sequence[int | UnitSize], root: int | UnitSize, world: int,
+                  group_size: int, per_param: StateBytes | None = None, accum: int = 1) -> Memory:
     """The most a rank holds during forward and backward, by state, when a
-    model is wrapped as `units` (parameter counts, in forward order) under a
+    model is wrapped as `units` (their parameters, in forward order) under a
     root that owns `root` parameters, trained with `accum` micro-steps per
-    optimizer step. Follows hocc/paro/shard.py: the root stays gathered from
-    its forward to the end of its backward; a unit is gathered with the next
-    one prefetched; autograd's gradient buffer of a unit is whole (scope N)
-    until its reduction, and one reduction is in flight while the next unit
-    computes; a synced backward leaves the optimizer's gradient at scope o."""
+    optimizer step. Follows hocc/paro/shard.py and unit.py buffer by buffer:
+    - the root stays gathered from its forward to the end of its backward, a
+      unit is gathered with the next one prefetched, and a unit with frozen
+      weights stays gathered from its backward to the end of backward;
+    - autograd's gradient buffer of a unit is whole (scope N) from its
+      backward until its reduction is settled;
+    - a reduction holds, from its submission until it is settled, every
+      buffer its move writes (Unit.reduce_move makes them when it is
+      submitted): the cast to reduce_dtype, the micro-step's part at scope g,
+      the step's result at scope o and its cast to the module's dtype, each
+      only where the strategy and dtypes need it, and one buffer once where
+      an in-place reduction makes two of them the same;
+    - one reduction is in flight while the next unit computes: a unit's is
+      settled after the next one's is submitted;
+    - a synced backward leaves the optimizer's gradient at scope o;
+    - optimizer states (all but its `master` copy) are for trainable
+      parameters only: the rank counted is the one whose part at scope o
+      holds the most of them (a LoRA unit's adapters lie in a few ranks'
+      parts), so this is the most any rank holds."""
     s, b = parse(strategy), per_param or StateBytes()
-    names = ["root", *range(len(units))]
-    numel = dict(zip(names, [root, *units], strict=True))
+    shape: dict[object, UnitSize] = {"root": _unit_size(root), **{i: _unit_size(u) for i, u in enumerate(units)}}
+    order: list[object] = list(range(len(units)))
+    g, o = s.grads, s.optim
 
     def size(scope: str, u: object) -> int:
-        return scope_elems(scope, numel[u], world, group_size)
+        return scope_elems(scope, shape[u].numel, world, group_size)
 
-    rest_p = sum(size(s.params, u) for u in names) * b.params
-    rest_o = sum(size(s.optim, u) for u in names) * b.optim_bytes(s)
+    def trains(u: object) -> bool:
+        return shape[u].trains > 0
+
+    rest_p = sum(size(s.params, u) for u in shape) * b.params
+    states = b.optim - b.master  # the optimizer's per-element states, without its copy of the parameters
+    # the rank that holds the most of them: as many as its part at scope o can take of the trainable ones
+    rest_o = sum(size(o, u) * b.optim_bytes(s) - states * (size(o, u) - min(shape[u].trains, size(o, u)))
+                 for u in shape)
+    cast_in = bool(b.reduce) and b.reduce != b.grads   # gradients cast to reduce_dtype before reducing
+    cast_out = b.acc != b.master                        # the step's result cast to the module's dtype
     gathered = (lambda u: size("N", u) * b.params) if s.params != "N" else (lambda u: 0)
+    grads: dict[tuple[object, str], float] = {}         # (unit, buffer) -> bytes held now
+    pending: list[object] = []                           # units whose reduction is submitted, not settled
     peak = Memory(0, 0, 0)
 
-    def sample(params: float, grads: float) -> None:
+    def sample(whole: set[object]) -> None:
         nonlocal peak
-        now = Memory(round(rest_p + params), round(grads), round(rest_o))
+        now = Memory(round(rest_p + sum(gathered(u) for u in whole if u is not None)), round(sum(grads.values())),
+                     round(rest_o))
         if now.total > peak.total:
             peak = now
 
-    order = list(range(len(units)))
+    def submit(u: object, sync: bool) -> None:
+        """Unit.reduce_move's buffers: in flight until settled ("fly"), and what stays (gacc or ograd)."""
+        if not trains(u) or (g == "N" and not sync):
+            return  # nothing to move (g == N accumulates in autograd's buffer)
+        gfull = grads.pop((u, "gfull"))
+        fly = gfull + (size("N", u) * b.acc if cast_in else 0)
+        kept: tuple[str, float] | None = None
+        if g != "N":
+            fly += size(g, u) * b.acc  # the micro-step's part
+            acc = grads.pop((u, "gacc"), None)
+            if not sync:
+                if acc is None:  # the part becomes the sum
+                    fly -= size(g, u) * b.acc
+                    kept = ("gacc", size(g, u) * b.acc)
+                else:
+                    grads[(u, "gacc")] = acc
+            elif acc is not None:
+                fly += acc  # the sum, consumed by the step
+        if sync:
+            if cast_out:
+                kept = ("ograd", size(o, u) * b.master)
+                if g != o:
+                    fly += size(o, u) * b.acc
+            elif g != o:
+                kept = ("ograd", size(o, u) * b.acc)
+            else:  # the result is the buffer reduced in place: it stays, as the gradient
+                base = size(g, u) * (b.grads if g == "N" and not cast_in else b.acc)
+                fly -= base
+                kept = ("ograd", base)
+        grads[(u, "fly")] = fly
+        if kept is not None:
+            grads[(u, kept[0])] = kept[1]
+        pending.append(u)
+
+    def settle(upto: int) -> None:
+        for u in pending[:upto]:
+            grads.pop((u, "fly"), None)
+        del pending[:upto]
+
     for m in range(accum):
         sync = m == accum - 1
-        # between micro-steps: g != N keeps gacc (scope g), g == N keeps autograd's buffer (scope N)
-        acc = {u: (size(s.grads, u) * (b.grads if s.grads == "N" else b.acc) if m else 0) for u in names}
+        if m == 0:
+            grads.clear()  # the last step's gradients went with zero_grad
         for i, u in enumerate(["root", *order]):  # forward: root, then each unit with the next prefetched
-            nxt = order[i] if i < len(order) else None
-            extra = gathered("root") + (gathered(u) if u != "root" else 0) + (gathered(nxt) if nxt is not None else 0)
-            sample(extra, sum(acc.values()))
-        held: dict[object, float] = dict(acc)
-        whole: dict[object, float] = {}
-        for i, u in enumerate(["root", *reversed(order)]):  # backward, the unit before prefetched
-            rev = list(reversed(order))
+            sample({"root", u, order[i] if i < len(order) else None})
+        rev = list(reversed(order))
+        kept_whole: set[object] = {"root"}
+        for i, u in enumerate(["root", *rev]):  # backward, the unit before prefetched
             prev = rev[i] if i < len(rev) else None
-            whole[u] = size("N", u) * b.grads
-            if s.grads == "N":
-                held[u] = 0.0  # its buffer is `whole`
-            extra = gathered("root") + (gathered(u) if u != "root" else 0) + (gathered(prev) if prev is not None else 0)
-            sample(extra, sum(held.values()) + sum(whole.values()))
-            if u != "root":  # its reduction: the buffer in flight until the next unit's ends
-                if s.grads != "N" or sync:
-                    done = [k for k in whole if k not in ("root", u)]
-                    for k in done:
-                        del whole[k]
-                if sync:
-                    held[u] = size(s.optim, u) * b.master
-                elif s.grads != "N":
-                    held[u] = size(s.grads, u) * b.acc
-        if sync:  # the root's reduction last, then every unit's gradient at scope o
-            sample(0, sum(size(s.optim, u) * b.master for u in names))
+            if trains(u):
+                grads.setdefault((u, "gfull"), size("N", u) * b.grads)
+            sample(kept_whole | {u, prev})
+            if u == "root":
+                continue  # its last gradient (its first layer's) lands at the end
+            if shape[u].frozen:
+                kept_whole.add(u)
+            submit(u, sync)
+            sample(kept_whole | {prev})
+            settle(len(pending) - 1)
+        if not shape["root"].frozen:
+            kept_whole.discard("root")
+        submit("root", sync)  # the end of backward: the root's reduction, then every one settled
+        sample(kept_whole)
+        settle(len(pending))
+        sample(kept_whole)
     return peak
+
+
+def _unit_size(u: int | UnitSize) -> UnitSize:
+    return u if isinstance(u, UnitSize) else UnitSize(u)

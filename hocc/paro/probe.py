@@ -5,7 +5,9 @@ forward and backward, each reduction, the end of backward): it adds up the
 distinct storages the units hold (parameters gathered or sharded, gradient
 buffers, the optimizer's copy) and the optimizer's state tensors, and keeps
 the largest total seen. That is the measurement `peak_per_rank`
-(hocc/paro/memory.py) predicts; activations are not in either."""
+(hocc/paro/memory.py) predicts; activations are not in either. A
+reduction's buffers are in its unit's `inflight` from its submission, so a
+sample sees what the worker is writing whether or not it has begun."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import torch
 
-from hocc.paro.memory import Memory, StateBytes, peak_per_rank
+from hocc.paro.memory import Memory, StateBytes, UnitSize, peak_per_rank
 
 
 class Probe:
@@ -55,10 +57,11 @@ class Probe:
     def predicted(self, per_param: StateBytes, accum: int) -> Memory:
         """What the guideline predicts for this model: peak_per_rank of its
         strategy, its units (the root last, as paro_shard adds it) and groups."""
-        units = self.model._paro_pass.units
-        g = units[0].groups
-        return peak_per_rank(units[0].strategy, [u.layout.numel for u in units[:-1]], units[-1].layout.numel, g.size,
-                             g.group_size, per_param, accum)
+        units = [UnitSize(u.layout.numel, sum(sl.numel for sl in u.slots if sl.trainable))
+                 for u in self.model._paro_pass.units]
+        first = self.model._paro_pass.units[0]
+        return peak_per_rank(first.strategy, units[:-1], units[-1], first.groups.size, first.groups.group_size,
+                             per_param, accum)
 
     def sample(self, where: str) -> None:
         now = self.held()

@@ -267,9 +267,18 @@ class ParoModule:
 
     def paro_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's parameters (the module's own shapes and dtype) and
-        buffers, gathered on every rank."""
+        persistent buffers, gathered on every rank, by the names of a plain
+        model's state_dict() (tied ones under each name): what a plain model's
+        load_state_dict, or transformers' save_pretrained(state_dict=...), takes."""
         from hocc.paro.checkpoint import full_state_dict
         return full_state_dict(self)
+
+    def load_paro_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """A plain model's state_dict() (or paro_state_dict's, or DCP's sharded
+        one) into this model, as torch's load_state_dict takes it (strict, tied
+        names, the missing and unexpected keys returned). Collective."""
+        from hocc.paro.checkpoint import load_sharded_state_dict
+        return load_sharded_state_dict(self, state_dict, strict)
 
 
 def paro_shard(module: nn.Module, strategy: str | Strategy, *, groups: Groups | None = None,

@@ -238,7 +238,10 @@ class Unit:
         """What the worker runs after this unit's backward: the micro-step's
         reduction to scope g and, when `sync`, the step's reduction to scope o
         (a mean over ranks, in the module's dtype, left in `ograd`). Call on
-        the main thread: it takes gfull away from autograd."""
+        the main thread: it takes gfull away from autograd, and makes every
+        buffer the move writes here, held in `inflight` until the move is
+        settled, so what a reduction in flight holds is fixed when it is
+        submitted (the Probe sees it; memory.peak_per_rank counts it)."""
         s, moves, lay = self.strategy, self.moves, self.layout
         self.reduced = True
         if not self.n_trainable:
@@ -252,33 +255,56 @@ class Unit:
         for cp in self.compute:
             cp.grad = None
         self.gfull = None
-        self.inflight.append(gfull)
+        rd, g, o = self.reduce_dtype, s.grads, s.optim
+
+        def held(t: torch.Tensor) -> torch.Tensor:
+            self.inflight.append(t)
+            return t
+
+        def new(scope: str, dtype: torch.dtype) -> torch.Tensor:
+            return held(torch.empty(lay.size(scope), dtype=dtype, device=self.device))
+
+        held(gfull)
+        src = gfull if gfull.dtype == rd else new("N", rd)
+        out = acc = None
+        if g != "N":
+            out = new(g, rd)
+            acc = self.gacc  # the earlier micro-steps' sum (None at the first): out is added to it
+            if acc is None:
+                acc = self.gacc = out
+            if sync:  # the step consumes the sum
+                held(acc)
+                self.gacc = None
+        total = acc if acc is not None else src  # at scope g
+        if g == o and g != "G":
+            res = total  # an all-reduce in place
+        elif g != o:
+            res = new(o, rd)
+        else:
+            res = total
+        grad = res if rd == self.dtype else new(o, self.dtype)
+        if sync:
+            self.ograd = grad  # read by hand_grads only after the move is settled
 
         def move() -> None:
-            src = gfull.to(self.reduce_dtype) if gfull.dtype != self.reduce_dtype else gfull
-            if s.grads != "N":
-                out = torch.empty(lay.size(s.grads), dtype=self.reduce_dtype, device=self.device)
-                moves.reduce(out, src, "N", s.grads, "micro")
-                if self.gacc is None:
-                    self.gacc = out
-                else:
-                    self.gacc += out
+            if src is not gfull:
+                src.copy_(gfull)
+            if out is not None:
+                moves.reduce(out, src, "N", g, "micro")
+                if acc is not out:
+                    acc.add_(out)  # type: ignore[union-attr]
                 if not sync:
                     return
-                src, self.gacc = self.gacc, None
-            g, o = s.grads, s.optim
             if g == o and g != "G":
-                res = moves.reduce(src, src, g, g, "step")
+                moves.reduce(res, res, g, g, "step")
             elif g == "N" and o == "I":
-                res = moves.reduce(torch.empty(lay.size("I"), dtype=src.dtype, device=src.device), src, "N", "I",
-                                   "step")
+                moves.reduce(res, src, "N", "I", "step")
                 moves.reduce(res, res, "I", "I", "step")
             elif g != o:
-                res = moves.reduce(torch.empty(lay.size(o), dtype=src.dtype, device=src.device), src, g, o, "step")
-            else:
-                res = src
-            grad = res.to(self.dtype) if res.dtype != self.dtype else res
-            self.ograd = grad.div_(self.groups.size)
+                moves.reduce(res, total, g, o, "step")
+            if grad is not res:
+                grad.copy_(res)
+            grad.div_(self.groups.size)
         return move
 
     def done_moving(self) -> None:

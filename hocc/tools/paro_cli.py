@@ -18,7 +18,7 @@ import re
 import sys
 
 from hocc.paro.advisor import evaluate, explain, table
-from hocc.paro.memory import StateBytes
+from hocc.paro.memory import StateBytes, UnitSize
 from hocc.topology import parse_spec
 
 _MEM = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
@@ -46,9 +46,10 @@ def parse_bytes(text: str) -> StateBytes:
     return StateBytes(*nums)
 
 
-def model_units(spec: str) -> tuple[int, list[int]]:
-    """'path/to/file.py:fn' or 'package.module:fn' -> (parameters, parameters per unit) of the model fn()
-    returns; its units are the elements of its nn.ModuleLists (its blocks), as one would wrap them."""
+def model_units(spec: str) -> tuple[int, int, list[UnitSize]]:
+    """'path/to/file.py:fn' or 'package.module:fn' -> (parameters, trainable ones, each unit's) of the
+    model fn() returns; its units are the elements of its nn.ModuleLists (its blocks), as one would wrap
+    them. A unit with frozen weights stays gathered longer and has fewer optimizer states (UnitSize)."""
     import importlib
     import importlib.util
 
@@ -66,9 +67,11 @@ def model_units(spec: str) -> tuple[int, list[int]]:
     else:
         mod = importlib.import_module(where)
     model = getattr(mod, name)()
-    units = [sum(p.numel() for p in blk.parameters()) for m in model.modules() if isinstance(m, nn.ModuleList)
-             for blk in m]
-    return sum(p.numel() for p in model.parameters()), units
+    units = [UnitSize(sum(p.numel() for p in blk.parameters()),
+                      sum(p.numel() for p in blk.parameters() if p.requires_grad))
+             for m in model.modules() if isinstance(m, nn.ModuleList) for blk in m]
+    return (sum(p.numel() for p in model.parameters()), sum(p.numel() for p in model.parameters() if p.requires_grad),
+            units)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,8 +102,11 @@ def run(a: argparse.Namespace) -> int:
     topo = parse_spec(a.topology)
     budget = parse_memory(a.memory) if a.memory else None
     names = tuple(s.strip().upper() for s in a.strategies.split(",")) if a.strategies else None
+    trainable: int | None = None
+    units: list[int | UnitSize]
     if a.model:
-        numel, units = model_units(a.model)
+        numel, trainable, sized = model_units(a.model)
+        units = list(sized)
     elif a.params:
         numel = int(a.params)
         units = [numel // a.units] * a.units if a.units else []
@@ -109,8 +115,9 @@ def run(a: argparse.Namespace) -> int:
     a.params = numel
     compute = a.compute_ms / 1e3 if a.compute_ms is not None else None
     opts = evaluate(numel, topo, a.accum, budget, parse_bytes(a.bytes), a.elem_size, a.backend, names,
-                    parse_memory(a.reserve), units, compute)
-    print(f"# PaRO-DP on {topo.shape()} ({topo.world_size} ranks), {a.params:.4g} parameters in "
+                    parse_memory(a.reserve), units, compute, trainable)
+    print(f"# PaRO-DP on {topo.shape()} ({topo.world_size} ranks), {a.params:.4g} parameters "
+          f"{f'({trainable:.4g} trainable) ' if trainable is not None and trainable < numel else ''}in "
           f"{len(units) or 1} unit(s){' and a root' if units else ''}, accum {a.accum}, "
           f"memory {a.memory or 'unlimited'}, backend {a.backend}; * = a strategy the paper names")
     print(table(opts))
