@@ -5,7 +5,7 @@
     HOCC_TOPOLOGY=2x4 torchrun --nproc-per-node 8 bench/paro_memory.py --kind lora --out bench/results/paro/memory.md
 
 For each of the 14 strategies, TinyGPT (examples/tiny_gpt.py: 8 blocks and a
-root; --kind frozen: one LayerNorm weight frozen inside the first block;
+root; --kind frozen: one LayerNorm weight frozen inside the last block;
 --kind lora: every weight frozen, a rank-4 adapter beside each block's
 linear layers) is wrapped block by block over hocc's collectives
 (paro_shard's default), trained one optimizer step (so the optimizer's
@@ -55,7 +55,7 @@ class LoraLinear(nn.Module):
 def model_of(kind: str, dim: int, layers: int) -> nn.Module:
     model = build_model(dim=dim, layers=layers)
     if kind == "frozen":
-        model.blocks[0].norm1.weight.requires_grad_(False)
+        model.blocks[-1].norm1.weight.requires_grad_(False)  # its backward is first: held longest
     elif kind == "lora":
         model.requires_grad_(False)
         for blk in model.blocks:
@@ -121,7 +121,7 @@ def main() -> int:
         plain = model_of(a.kind, a.dim, a.layers)
         numel = sum(p.numel() for p in plain.parameters())
         trains = sum(p.numel() for p in plain.parameters() if p.requires_grad)
-        what = {"plain": "", "frozen": ", one LayerNorm weight frozen in the first block",
+        what = {"plain": "", "frozen": ", one LayerNorm weight frozen in the last block",
                 "lora": f", LoRA (every weight frozen, rank-4 adapters on the MLPs: {trains} trainable)"}[a.kind]
         lines = [f"### {world} ranks ({os.environ.get('HOCC_TOPOLOGY', 'one host')}), TinyGPT {a.layers} blocks dim "
                  f"{a.dim} ({numel} parameters, {a.layers + 1} units{what}), "
