@@ -46,14 +46,28 @@ def test_volumes_per_tier() -> None:
 
 
 def test_priced_by_the_planner() -> None:
-    """World collectives carry the planner's own prediction; rails run all
+    """A move between scopes G and N is priced as Moves runs it, a rail call then a host call, each
+    with the planner's own prediction (an all-reduce over the world: one world call); rails run all
     four at once through one NIC, so each costs more than a lone rail."""
+    from hocc.paro.comm import _shared
+
     topo = parse_spec("2x4@nic=200mbit")
     ggg = comm_per_step("GGG", 8 << 20, topo, 1, 4)
     ag = ggg.items[0]
+    assert (ag.coll.op, ag.coll.where) == ("all_gather", "world")
     cfg = planner_config(topo, "gloo")
-    preds = predict_all("all_gather", ag.count, 4, topo, cfg)
-    assert ag.algo == choose(preds, cfg) and ag.seconds == preds[ag.algo].seconds
+    rail, rail_cfg = _shared(topo.restrict(topo.rails()[0]), 4, cfg)
+    host = topo.restrict(topo.host_groups()[0])
+    by_rail = predict_all("all_gather", ag.count, 4, rail, rail_cfg)
+    by_host = predict_all("all_gather", ag.count * 2, 4, host, cfg)
+    a, b = choose(by_rail, rail_cfg, "all_gather"), choose(by_host, cfg, "all_gather")
+    assert ag.algo == f"rail:{a}+host:{b}"
+    assert ag.seconds == pytest.approx(by_rail[a].seconds + by_host[b].seconds)
+    whole = predict_all("all_gather", ag.count, 4, topo, cfg)
+    assert ag.seconds != pytest.approx(min(p.seconds for p in whole.values()))  # not one world call
+    ar = next(p for p in comm_per_step("NNN", 8 << 20, topo, 1, 4).items if p.coll.op == "all_reduce")
+    preds = predict_all("all_reduce", ar.count, 4, topo, cfg)
+    assert ar.algo == choose(preds, cfg, "all_reduce") and ar.seconds == preds[ar.algo].seconds
     rs = next(p for p in comm_per_step("IIG", 8 << 20, topo, 1, 4).items if p.coll.where == "rail")
     lone = topo.restrict(topo.rails()[0])
     lone_preds = predict_all("reduce_scatter", rs.count, 4, lone, planner_config(lone, "gloo"))
@@ -128,6 +142,13 @@ def test_advise_with_units_and_compute(capsys: pytest.CaptureFixture[str], tmp_p
     # with compute slower than every micro-step's communication, the step time is the compute and the step's part
     opts = evaluate(7_000_000, parse_spec("2x4@nic=200mbit"), accum=4, units=[1_000_000] * 7, compute_s=100.0)
     assert all(o.seconds == pytest.approx(400.0 + o.comm.per("step")["seconds"]) for o in opts)
+    # with no overlap (ranks that share their cores with their communication) compute and communication add
+    added = evaluate(7_000_000, parse_spec("2x4@nic=200mbit"), accum=4, units=[1_000_000] * 7, compute_s=100.0,
+                     overlap=0.0)
+    assert all(o.seconds == pytest.approx(4 * (100.0 + o.comm.per("micro")["seconds"]) + o.comm.per("step")["seconds"])
+               for o in added)
+    with pytest.raises(ValueError, match="overlap is a share"):
+        evaluate(7_000_000, parse_spec("2x4"), overlap=1.5)
     model = tmp_path / "m.py"  # type: ignore[operator]
     model.write_text("from torch import nn\n"
                      "def build():\n"

@@ -9,8 +9,8 @@ the winner is explained against the runner-up and against faster strategies
 that do not fit. Without a compute time the time is the communication
 alone; with the measured compute time of a micro-step, as the paper's
 guideline takes it, a micro-step costs the larger of its compute and its
-communication (paro_shard overlaps the two) and the step's own reduction is
-added once."""
+communication (paro_shard overlaps the two; `overlap` < 1 where they share
+the same cores) and the step's own reduction is added once."""
 
 from __future__ import annotations
 
@@ -41,22 +41,27 @@ class Option:
     comm: StepComm
     fits: bool
     compute_s: float | None = None
+    overlap: float = 1.0  # the share of the shorter of compute and communication hidden behind the other
 
     @property
     def seconds(self) -> float:
         """Predicted seconds per optimizer step: communication alone, or with
-        compute overlapped (module docstring)."""
+        compute (module docstring): overlap 1 hides the shorter of a
+        micro-step's compute and communication behind the other (the paper's
+        guideline; a GPU's copy engines and NICs beside its cores), 0 adds
+        them (ranks that share their CPU cores with their communication)."""
         if self.compute_s is None:
             return self.comm.total("seconds")
         micro = self.comm.per("micro")["seconds"]
-        return self.comm.accum * max(self.compute_s, micro) + self.comm.per("step")["seconds"]
+        busy = self.compute_s + micro - self.overlap * min(self.compute_s, micro)
+        return self.comm.accum * busy + self.comm.per("step")["seconds"]
 
 
 def evaluate(numel: int, topo: Topology, accum: int = 1, memory_budget: float | None = None,
              per_param: StateBytes | None = None, elem_size: int = 2, backend: str = "gloo",
              strategies: tuple[str, ...] | None = None, reserve: float = 0.0,
              units: Sequence[int | UnitSize] | None = None, compute_s: float | None = None,
-             trainable: int | None = None) -> list[Option]:
+             trainable: int | None = None, overlap: float = 1.0) -> list[Option]:
     """Every strategy (or those named), ranked: fitting ones by predicted
     seconds per step, then the ones that do not fit. units: the parameters of
     each unit the model is wrapped as (forward order; a UnitSize says how many
@@ -64,6 +69,8 @@ def evaluate(numel: int, topo: Topology, accum: int = 1, memory_budget: float | 
     model's trainable parameters; None: all). None: one unit, the whole model."""
     if numel < 1:
         raise ValueError(f"the model needs at least one parameter, got {numel}")
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap is a share between 0 and 1, got {overlap}")
     sized = [u if isinstance(u, UnitSize) else UnitSize(u) for u in units or []]
     held = sum(u.numel for u in sized)
     if held > numel:
@@ -77,7 +84,7 @@ def evaluate(numel: int, topo: Topology, accum: int = 1, memory_budget: float | 
         peak = peak_per_rank(name, sized, root, topo.world_size, group, per_param, accum)
         comm = comm_per_step(name, numel, topo, accum, elem_size, backend, units=len(sized) + 1)
         fits = memory_budget is None or peak.total + reserve <= memory_budget
-        out.append(Option(name, mem, peak, comm, fits, compute_s))
+        out.append(Option(name, mem, peak, comm, fits, compute_s, overlap))
     return sorted(out, key=lambda o: (not o.fits, o.seconds, o.peak.total))
 
 

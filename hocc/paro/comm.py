@@ -1,9 +1,12 @@
 """Communication of each PaRO strategy per optimizer step, per tier, priced
 with hocc's planner (no torch).
 
-Each collective of `Strategy.schedule()` is priced the way hocc would run it:
-`predict_all` + `choose` (auto's pick) on the topology of its group
-(a host, a rail, or the world, renumbered by `Topology.restrict`). All hosts
+Each collective of `Strategy.schedule()` is priced as paro_shard runs it
+(hocc/paro/moves.py): one call per stage, each `predict_all` + `choose`
+(auto's pick) on the topology of its group (a host, a rail, or the world,
+renumbered by `Topology.restrict`). A move between scopes N and G is two
+calls, a rail stage and a host stage; an all-reduce over the world is one
+world call. All hosts
 run their host collectives at once on separate links; all G rails run theirs
 at once through the same host NICs, so a rail is priced on its own topology
 with the NIC (and trunk, and the emulation's machine) bandwidth divided by G.
@@ -116,11 +119,24 @@ def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: i
     rail_topo, rail_cfg = _shared(topo.restrict(topo.rails()[0]), group, cfg)
     where = {"host": (topo.restrict(hosts[0]), cfg), "rail": (rail_topo, rail_cfg), "world": (topo, cfg)}
     out = StepComm(s.name, accum)
+    def priced(op: str, tier: str, n: int) -> tuple[str, float]:
+        sub, scfg = where[tier]
+        preds = predict_all(op, n, elem_size, sub, scfg)
+        pick = choose(preds, scfg, op)
+        return pick, preds[pick].seconds
+
     for c in s.schedule():
         count = _count(c, numel, world, group)
-        sub, scfg = where[c.where]
-        preds = predict_all(c.op, count, elem_size, sub, scfg)
-        pick = choose(preds, scfg, c.op)
+        if c.where == "world" and c.op != "all_reduce":
+            # as Moves runs it (hocc/paro/moves.py): a rail stage and a host stage, one call each, in the
+            # rail-major layout's order (a gather: rail first; a reduce-scatter: host first)
+            stages = [("rail", count), ("host", count * n_hosts)]
+            if c.op == "reduce_scatter":
+                stages.reverse()
+            picks = [(tier, *priced(c.op, tier, n)) for tier, n in stages]
+            pick, seconds = "+".join(f"{tier}:{a}" for tier, a, _ in picks), sum(t for *_, t in picks)
+        else:
+            pick, seconds = priced(c.op, c.where, count)
         if c.where == "host":
             intra, ir = ring_volume(c.op, group, count)
             inter, er = 0.0, 0
@@ -136,6 +152,6 @@ def comm_per_step(strategy: str | Strategy, numel: int, topo: Topology, accum: i
                 intra, ir = ring_volume(c.op, group, count * n_hosts)
                 inter, er = ring_volume(c.op, n_hosts, count)
         k = (2 * units - 1) / units if (c.when, c.state) == ("micro", "params") else 1.0
-        out.items.append(Priced(c, count, pick, k * preds[pick].seconds, k * intra * elem_size, k * inter * elem_size,
+        out.items.append(Priced(c, count, pick, k * seconds, k * intra * elem_size, k * inter * elem_size,
                                 round(k * ir), round(k * er)))
     return out

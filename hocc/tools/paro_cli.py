@@ -85,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "and units (the elements of its nn.ModuleLists) are counted")
     a.add_argument("--compute-ms", type=float, help="measured compute time of one micro-step (forward and "
                                                     "backward): rank by time per step with overlap")
+    a.add_argument("--overlap", type=float, default=1.0,
+                   help="with --compute-ms: the share of the shorter of a micro-step's compute and communication "
+                        "hidden behind the other (default 1, the paper's; 0 where ranks share their CPU cores with "
+                        "their communication, as on the emulated cluster: bench/results/paro/priced.md)")
     a.add_argument("--topology", required=True, help="spec ('2x4@nic=200mbit', '64x8') or a topology file")
     a.add_argument("--memory", help="memory per rank for model states, e.g. 80GB (default: no limit)")
     a.add_argument("--reserve", default="0", help="memory per rank kept for activations etc., e.g. 20GB")
@@ -115,7 +119,7 @@ def run(a: argparse.Namespace) -> int:
     a.params = numel
     compute = a.compute_ms / 1e3 if a.compute_ms is not None else None
     opts = evaluate(numel, topo, a.accum, budget, parse_bytes(a.bytes), a.elem_size, a.backend, names,
-                    parse_memory(a.reserve), units, compute, trainable)
+                    parse_memory(a.reserve), units, compute, trainable, a.overlap)
     print(f"# PaRO-DP on {topo.shape()} ({topo.world_size} ranks), {a.params:.4g} parameters "
           f"{f'({trainable:.4g} trainable) ' if trainable is not None and trainable < numel else ''}in "
           f"{len(units) or 1} unit(s){' and a root' if units else ''}, accum {a.accum}, "
