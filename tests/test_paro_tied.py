@@ -6,8 +6,9 @@ strategies each trains equal to DDP; its paro_state_dict() has every name of
 a plain model's state_dict(), the tied ones included, and loads into a plain
 model with torch's strict load_state_dict; a plain model's state_dict() loads
 back into a wrapped one; torch's strict rules hold (a missing alias or an
-extra key raises, strict=False reports them); and GPT-2's save_pretrained /
-from_pretrained round trip goes through paro_state_dict."""
+extra key raises, strict=False reports them); GPT-2's save_pretrained /
+from_pretrained round trip goes through paro_state_dict; and the tied model's
+DCP checkpoint saved under IIG loads under GGG and trains on equal."""
 
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def loss_of(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.reshape(-1, 11), ids.reshape(-1))
 
 
-def train(model: nn.Module, rank: int, vocab: int) -> None:
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+def train(model: nn.Module, rank: int, vocab: int, opt: torch.optim.Optimizer | None = None) -> None:
+    opt = opt or torch.optim.AdamW(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(7 + rank)
     for _ in range(STEPS):
         loss_of(model, torch.randint(0, vocab, (2, 5), generator=gen)).backward()
@@ -126,7 +127,26 @@ def _tied(rank: int, world: int, root: str) -> None:
                     want)
         if make is gpt2:
             _pretrained(rank, model, want, root)
+    _tied_checkpoint(rank, root)
     dist.barrier()
+
+
+def _tied_checkpoint(rank: int, root: str) -> None:
+    """DCP save under IIG and load under GGG of the tied model, optimizer included: the same parameters
+    under both names, and one more step equal on both."""
+    from hocc.paro.checkpoint import load, save
+
+    model = wrap(TiedNet, "IIG")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    train(model, rank, 11, opt)
+    save(model, opt, f"{root}/tied-ckpt")
+    other = wrap(TiedNet, "GGG", seed=5)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.01)
+    load(other, other_opt, f"{root}/tied-ckpt")
+    assert_same("tied, DCP IIG -> GGG", other.paro_state_dict(), model.paro_state_dict())
+    train(model, rank, 11, opt)
+    train(other, rank, 11, other_opt)
+    assert_same("tied, DCP IIG -> GGG, then a step", other.paro_state_dict(), model.paro_state_dict())
 
 
 def _pretrained(rank: int, model: Any, want: dict[str, torch.Tensor], root: str) -> None:
