@@ -273,15 +273,11 @@ class Unit:
             if acc is None:
                 acc = self.gacc = out
             if sync:  # the step consumes the sum
-                held(acc)
+                if acc is not out:
+                    held(acc)
                 self.gacc = None
         total = acc if acc is not None else src  # at scope g
-        if g == o and g != "G":
-            res = total  # an all-reduce in place
-        elif g != o:
-            res = new(o, rd)
-        else:
-            res = total
+        res = new(o, rd) if g != o else total  # g == o: reduced in place (an all-reduce, or nothing at G)
         grad = res if rd == self.dtype else new(o, self.dtype)
         if sync:
             self.ograd = grad  # read by hand_grads only after the move is settled
