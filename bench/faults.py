@@ -79,7 +79,11 @@ def rank_main(a: argparse.Namespace) -> None:
     from hocc.engine.registry import get_engine
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
+    # ranks start with a generous rendezvous (one started late on a loaded machine is not the fault under
+    # test), then the group runs under the matrix's timeout, which hocc's engine takes from it
+    dist.init_process_group("gloo", timeout=timedelta(seconds=max(a.timeout, 60)))
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+    _set_pg_timeout(timedelta(seconds=a.timeout), dist.group.WORLD)
     rank = dist.get_rank()
     x = torch.arange(a.count, dtype=torch.float32) + rank
     want = x.clone()
