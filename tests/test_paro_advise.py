@@ -151,21 +151,15 @@ def test_advise_with_units_and_compute(capsys: pytest.CaptureFixture[str], tmp_p
         evaluate(7_000_000, parse_spec("2x4"), overlap=1.5)
     model = tmp_path / "m.py"  # type: ignore[operator]
     model.write_text("from torch import nn\n"
-                     "def build():\n"
+                     "def build(frozen=False):\n"
                      "    blocks = nn.ModuleList([nn.Linear(10, 10) for _ in range(4)])\n"
-                     "    return nn.Sequential(blocks, nn.Linear(10, 2))\n")
-    assert main(["paro", "advise", "--model", f"{model}:build", "--topology", "2x4", "--json", "-"]) == 0
-    out = capsys.readouterr().out
-    assert "462 parameters in" in out
-    frozen = tmp_path / "f.py"  # type: ignore[operator]
-    frozen.write_text("from torch import nn\n"
-                      "def build():\n"
-                      "    blocks = nn.ModuleList([nn.Linear(10, 10) for _ in range(4)])\n"
-                      "    for b in blocks:\n"
-                      "        b.weight.requires_grad_(False)\n"
-                      "    return nn.Sequential(blocks, nn.Linear(10, 2))\n")
-    assert main(["paro", "advise", "--model", f"{frozen}:build", "--topology", "2x4", "--json", "-"]) == 0
-    out = capsys.readouterr().out
-    assert "462 parameters (62 trainable) in" in out
+                     "    for b in blocks:\n"
+                     "        b.weight.requires_grad_(not frozen)\n"
+                     "    return nn.Sequential(blocks, nn.Linear(10, 2))\n"
+                     "def build_frozen():\n"
+                     "    return build(frozen=True)\n")
+    for fn, says in (("build", "462 parameters in"), ("build_frozen", "462 parameters (62 trainable) in")):
+        assert main(["paro", "advise", "--model", f"{model}:{fn}", "--topology", "2x4", "--json", "-"]) == 0
+        assert says in capsys.readouterr().out
     from hocc.tools.paro_cli import model_units
-    assert model_units(f"{frozen}:build") == (462, 62, [UnitSize(110, 10)] * 4)
+    assert model_units(f"{model}:build_frozen") == (462, 62, [UnitSize(110, 10)] * 4)
