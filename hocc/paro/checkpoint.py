@@ -74,12 +74,12 @@ def _units(model: ParoModule) -> Iterator[tuple[Unit, list[tuple[str, int, Slot]
         yield u, [(base + sl.fqn, i, sl) for i, sl in enumerate(u.slots)]
 
 
-def _buffers(model: ParoModule, persistent: bool = True) -> dict[str, torch.Tensor]:
-    """The buffers state_dict() names (with persistent=False: every buffer)."""
+def _buffers(model: ParoModule) -> dict[str, torch.Tensor]:
+    """The buffers state_dict() names (the persistent ones)."""
     out: dict[str, torch.Tensor] = {}
     for name, m in model.named_modules():  # type: ignore[attr-defined]
         for attr, b in m._buffers.items():
-            if b is not None and not (persistent and attr in m._non_persistent_buffers_set):
+            if b is not None and attr not in m._non_persistent_buffers_set:
                 out.setdefault(f"{name}.{attr}" if name else attr, b)
     return out
 
