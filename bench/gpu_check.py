@@ -23,6 +23,10 @@ gpu_faults.py. Sections:
 - memory: what hocc holds on the GPU after 200 mixed calls (1 KiB..64 MiB)
   against the same calls through torch.distributed alone; ok under 8 MiB (a
   small work buffer kept between calls; not anything the size of a call).
+- paro: PaRO-DP on an NCCL world of one, all 14 strategies (and IIG on a
+  stream of the caller's own) trained 3 steps against plain training, with
+  the caller's stream kept busy so that a move the worker's stream ran out
+  of order shows as a wrong result (tests/paro_one_rank.py, the suite's check).
 
 Every section runs in a process of its own under a time limit (shrunk to
 what is left of --deadline), so a hang or a crash costs only its section and
@@ -51,8 +55,24 @@ from pathlib import Path
 import gpu_faults
 import torch
 from gpu_costs import check_device_copy, check_memory
-from gpu_faults import PG_SLACK_S, PG_TIMEOUT_S, absent_pg, check_arrays, check_async_work, check_capture, is_cuda, note
+from gpu_faults import (
+    PG_SLACK_S,
+    PG_TIMEOUT_S,
+    absent_pg,
+    check_arrays,
+    check_async_work,
+    check_capture,
+    is_cuda,
+    note,
+    world_of_one,
+)
 from gpu_results import check_absent, check_inproc, check_world1
+
+
+def check_paro(device: str) -> dict:
+    from tests.paro_one_rank import check
+    with world_of_one(device):
+        return check(device, log=lambda line: print(f"paro {line}", flush=True))
 
 # name: (seconds allowed on the GPU, on the CPU dry run (0: not run there), what it checks)
 SECTIONS: dict[str, tuple[int, int, str]] = {
@@ -64,6 +84,7 @@ SECTIONS: dict[str, tuple[int, int, str]] = {
     "async_work": (30, 60, "async Work ordering on CUDA streams"),
     "absent": (30, 60, "a rank that never comes: in-process, and a 2-rank torch group"),
     "memory": (60, 180, "what hocc holds on the GPU after 200 calls, against torch alone"),
+    "paro": (60, 120, "PaRO-DP, every strategy on one rank against plain training (CUDA stream ordering)"),
 }
 ABSENT_PG_LIMIT_S = PG_TIMEOUT_S + PG_SLACK_S + 5  # a 2-rank group's rank 0 is killed after this
 
@@ -72,7 +93,7 @@ ABSENT_PG_LIMIT_S = PG_TIMEOUT_S + PG_SLACK_S + 5  # a 2-rank group's rank 0 is 
 CHECKS: dict[str, Callable[[str], dict]] = {
     "nccl_world1": check_world1, "inproc": check_inproc, "device_copy": check_device_copy,
     "capture": check_capture, "cupy": check_arrays, "async_work": check_async_work, "absent": check_absent,
-    "memory": check_memory,
+    "memory": check_memory, "paro": check_paro,
 }
 
 

@@ -3,7 +3,7 @@
 # hocc._C there (no CUDA, NCCL or nvcc needed: CUDA tensors run through torch's
 # ProcessGroupNCCL and torch's kernels) and say what it links, then run
 # bench/gpu_check.py's sections (nccl_world1, inproc, device_copy, capture,
-# cupy, async_work, absent, memory), each in a process of its own under a time
+# cupy, async_work, absent, memory, paro), each in a process of its own under a time
 # limit. One `VERDICT <section>: ok|FAIL|SKIP (...)` line per section, build
 # included; results under $OUT (gpu_check.json rewritten after each section,
 # logs beside it); exit status 1 if any section failed.

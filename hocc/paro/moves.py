@@ -11,6 +11,18 @@ and gloo both need every rank to issue the ops of several groups in one
 order. Every rank submits the same moves in the same order (forward order,
 then autograd's deterministic backward order), and a single worker runs
 them in submission order, so the order on the wire is the same everywhere.
+
+On CUDA the worker is a second host thread issuing GPU work, so host order
+alone orders nothing on the device. Each move runs on the worker's own
+stream (one per worker and device), after an event recorded on the
+submitter's current stream at submission (so it sees every kernel the
+caller queued before it: the gradients autograd wrote, the optimizer's
+step), and the submitter's stream waits on an event recorded after the move
+before its future resolves (so whatever the caller queues once it has the
+result comes after the move). Buffers the caller made stay referenced until
+it has the result (Unit.inflight, Pass.gathering), so the caching allocator
+cannot hand them to the caller's stream while the move still uses them, and
+what the worker allocates is made and freed on its own stream.
 """
 
 from __future__ import annotations
@@ -25,16 +37,17 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-import hocc
+from hocc.api.collectives import all_gather_into_tensor, all_reduce, reduce_scatter_tensor
 from hocc.paro.layout import Groups
 
 TRACE = 4096  # collectives each Moves remembers
 _LOCK = threading.Lock()
 _WORKERS: dict[int, ThreadPoolExecutor] = {}  # by id of a Groups (build_groups keeps every Groups alive)
+_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # each worker's stream, by (id of its Groups, device)
 # op: (torch.distributed's call, hocc's)
 _CALLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "all_gather": (dist.all_gather_single, hocc.all_gather_into_tensor),
-    "reduce_scatter": (dist.reduce_scatter_single, hocc.reduce_scatter_tensor),
+    "all_gather": (dist.all_gather_single, all_gather_into_tensor),
+    "reduce_scatter": (dist.reduce_scatter_single, reduce_scatter_tensor),
 }
 
 
@@ -50,12 +63,15 @@ class Logged(NamedTuple):
 
 class Moves:
     """Scope moves over `groups`, through hocc's calls (`comm='hocc'`, with
-    `algo`) or torch.distributed's own (`comm='torch'`, for comparison)."""
+    `algo`) or torch.distributed's own (`comm='torch'`, for comparison), on
+    the tensors of `device` (CUDA: ordered with the submitter's stream)."""
 
-    def __init__(self, groups: Groups, comm: str = "hocc", algo: str | None = None) -> None:
+    def __init__(self, groups: Groups, comm: str = "hocc", algo: str | None = None,
+                 device: torch.device | str = "cpu") -> None:
         if comm not in ("hocc", "torch"):
             raise ValueError(f"comm must be 'hocc' or 'torch', got {comm!r}")
         self.groups, self.comm, self.algo = groups, comm, algo
+        self.device = torch.device(device)
         self.trace: deque[Logged] = deque(maxlen=TRACE)  # the latest collectives, for tests and inspection
 
     # -- the worker ---------------------------------------------------------------
@@ -67,7 +83,32 @@ class Moves:
             pool = _WORKERS.get(id(self.groups))
             if pool is None:
                 pool = _WORKERS[id(self.groups)] = ThreadPoolExecutor(1, thread_name_prefix="hocc-paro")
+            if self.device.type == "cuda":
+                fn = self._stream_ordered(fn)
         return pool.submit(fn)
+
+    def _stream_ordered(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """fn on the worker's stream, after the submitter's stream's work so
+        far, with the submitter's stream waiting for it (the module's docstring)."""
+        dev = self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        key = (id(self.groups), dev.index)
+        side = _STREAMS.get(key)
+        if side is None:
+            side = _STREAMS[key] = torch.cuda.Stream(dev)
+        caller = torch.cuda.current_stream(dev)
+        ready = torch.cuda.Event()
+        ready.record(caller)
+
+        def run() -> Any:
+            with torch.cuda.device(dev), torch.cuda.stream(side):
+                side.wait_event(ready)
+                try:
+                    return fn()
+                finally:  # a move that raised may still have queued work on the buffers
+                    done = torch.cuda.Event()
+                    done.record(side)
+                    caller.wait_event(done)
+        return run
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Run fn on the worker and wait for it (keeps the wire order)."""
@@ -104,7 +145,7 @@ class Moves:
         if self.comm == "torch":
             dist.all_reduce(t, group=self._pg(where))
         else:
-            hocc.all_reduce(t, group=self._pg(where), algo=self.algo)
+            all_reduce(t, group=self._pg(where), algo=self.algo)
 
     def broadcast(self, t: torch.Tensor) -> None:
         """From world rank 0 (buffers); torch's own call, as DDP makes it."""

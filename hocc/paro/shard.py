@@ -313,7 +313,8 @@ def paro_shard(module: nn.Module, strategy: str | Strategy, *, groups: Groups | 
     if any(m._paro_unit.groups is not groups for m in inner):
         raise ValueError("paro_shard: the inner units use other groups; give every unit of a model the same "
                          "intra-groups (or pass groups=)")
-    moves = Moves(groups, comm, algo)
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    moves = Moves(groups, comm, algo, device)
     unit = Unit(module, s, groups, moves, param_dtype, reduce_dtype)
     shared = Pass(moves, module)
     shared.broadcast_buffers, shared.overlap = broadcast_buffers, overlap
