@@ -127,8 +127,12 @@ def check_inproc_absent(device: str, timeout_s: float = 2.0) -> dict:
 
 def absent_pg(device: str, store_dir: str) -> dict:
     """Run in a process of its own (gpu_check.py --child absent_pg): rank 0 of a 2-rank group whose
-    rank 1 never comes. Notes each phase first, so a kill still says where it hung."""
+    rank 1 never comes, calling torch's all_reduce, or hocc's (HOCC_ABSENT_CALL=hocc) on the same kind
+    of group. Notes each phase first, so a kill still says where it hung."""
     backend = "nccl" if is_cuda(device) else "gloo"
+    by_hocc = os.environ.get("HOCC_ABSENT_CALL") == "hocc"
+    if by_hocc:
+        backend = f"hocc.all_reduce on {backend}"
     env = {k: v for k, v in os.environ.items() if k.startswith(("TORCH_NCCL", "NCCL_"))}
     note(backend=backend, env=env, timeout_s=PG_TIMEOUT_S, phase="init_process_group", started=time.time())
     if is_cuda(device):
@@ -138,11 +142,15 @@ def absent_pg(device: str, store_dir: str) -> dict:
     start = time.perf_counter()
     phase = "init_process_group"
     try:
-        dist.init_process_group(backend, store=store, rank=0, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
+        dist.init_process_group("nccl" if is_cuda(device) else "gloo", store=store, rank=0, world_size=2,
+                                timeout=timedelta(seconds=PG_TIMEOUT_S))
         phase = "all_reduce"
         note(phase=phase, init_s=time.perf_counter() - start)
         x = torch.ones(4, device=device)
-        dist.all_reduce(x)
+        if by_hocc:
+            hocc.all_reduce(x)
+        else:
+            dist.all_reduce(x)
         if is_cuda(device):
             phase = "synchronize"
             note(phase=phase, enqueued_s=time.perf_counter() - start)

@@ -44,10 +44,10 @@ TRACE = 4096  # collectives each Moves remembers
 _LOCK = threading.Lock()
 _WORKERS: dict[int, ThreadPoolExecutor] = {}  # by id of a Groups (build_groups keeps every Groups alive)
 _STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # each worker's stream, by (id of its Groups, device)
-# op: (torch.distributed's call, hocc's)
+# op: (torch.distributed's call, hocc's); torch's under the names torch 2.11 has too (its *_single aliases came later)
 _CALLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "all_gather": (dist.all_gather_single, all_gather_into_tensor),
-    "reduce_scatter": (dist.reduce_scatter_single, reduce_scatter_tensor),
+    "all_gather": (dist.all_gather_into_tensor, all_gather_into_tensor),
+    "reduce_scatter": (dist.reduce_scatter_tensor, reduce_scatter_tensor),
 }
 
 
