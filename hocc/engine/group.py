@@ -117,8 +117,12 @@ def gather_from_store(info: GroupInfo, key: str, what: str) -> list[bytes]:
     key (it made another call, or is gone) fails the wait with the store's
     timeout; that becomes a CollectiveError naming the ranks that never came,
     instead of the store's raw error with its internal key."""
+    keys = [f"{key}/{r}" for r in range(info.size)]
     try:
-        return [info.store.get(f"{key}/{r}") for r in range(info.size)]
+        # bounded by the group's timeout, not the store's own (a store the caller made, a FileStore say,
+        # keeps its default of minutes: a rank that never came hung its peers that long, or forever)
+        info.store.wait(keys, info.timeout)
+        return [info.store.get(k) for k in keys]
     except (dist.DistStoreError, RuntimeError) as e:
         missing = [r for r in range(info.size) if not _has_key(info.store, f"{key}/{r}")]
         glob = [info.global_ranks[r] for r in missing]

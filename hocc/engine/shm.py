@@ -43,6 +43,7 @@ def attach_shm(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
             os.close(fd)
         store.set(key, path)
     else:
+        store.wait([key], timeout)  # the group's timeout, not the store's own
         path = store.get(key).decode()
     try:
         comm = c.ShmComm(path, me, n, piece_bytes, secs, wait)
