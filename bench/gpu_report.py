@@ -26,7 +26,8 @@ from published_nccl_tests import DEFAULTS_FROM, FIGURES, Figure
 from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS, links_for
 from hocc.plan.nccl_native import options, predict_nccl
 from hocc.plan.planner import PlannerConfig, predict_all
-from hocc.tools.plan_cli import _non_blocking_trunk, busbw_factor, per_rank_count
+from hocc.plan.volumes import bus_factor
+from hocc.tools.plan_cli import _non_blocking_trunk, per_rank_count
 from hocc.topology import Topology, parse_spec, uniform, with_nics
 
 OUT = Path(__file__).parent / "results"
@@ -177,7 +178,7 @@ def scale() -> list[str]:
                     pick = predict_nccl(op, topo, count, 4, NCCL_PARAMS)[0]
                     ring = min(v for k, v in options(op, topo, count, 4, NCCL_PARAMS).items()
                                if k.startswith("ring/"))
-                    bus = size * busbw_factor(op, w) / 1e9
+                    bus = size * bus_factor(op, w) / 1e9
                     b_nat, b_ho, b_ring = bus / preds["native"].seconds, bus / preds["ho_ring"].seconds, bus / ring
                     nat.append(b_nat)
                     ho.append(b_ho)

@@ -17,8 +17,9 @@ from published_nccl_tests import CALIBRATION_CLUSTER, FIGURES, Figure
 from hocc.plan.cost import CostParams
 from hocc.plan.nccl_defaults import NCCL_PARAMS, links_for
 from hocc.plan.nccl_native import predict_nccl
+from hocc.plan.volumes import bus_factor
 from hocc.tools.calibrate_nccl import GpuFit, Point, fit
-from hocc.tools.plan_cli import busbw_factor, per_rank_count
+from hocc.tools.plan_cli import per_rank_count
 from hocc.topology import LinkModel, parse_spec
 
 MIB = 1 << 20
@@ -30,7 +31,7 @@ def predicted_busbw(f: Figure, params: CostParams = NCCL_PARAMS, links: LinkMode
     topo = parse_spec(f.spec, links or links_for(f.transport))
     w = topo.world_size
     algo, secs = predict_nccl(f.op, topo, per_rank_count(f.op, f.size, 4, w), 4, replace(params, **f.over))
-    return algo, f.size / secs * busbw_factor(f.op, w) / 1e9
+    return algo, f.size / secs * bus_factor(f.op, w) / 1e9
 
 
 def within_target(f: Figure, ratio: float) -> bool:
@@ -55,7 +56,7 @@ def hosts(f: Figure) -> int:
 def _point(f: Figure) -> Point:
     topo = parse_spec(f.spec, links_for(f.transport))
     w = topo.world_size
-    seconds = f.size * busbw_factor(f.op, w) / (f.busbw * 1e9)
+    seconds = f.size * bus_factor(f.op, w) / (f.busbw * 1e9)
     return Point(f.op, f.size, per_rank_count(f.op, f.size, 4, w), 4, seconds, topo)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hocc.plan import PlannerConfig, make_plan, simulate
 from hocc.plan.simulate import nic_traffic
+from hocc.plan.volumes import bus_factor
 from hocc.topology import HostInfo, Topology, parse_spec
 
 S = 64 << 20  # bytes: the buffer (all_reduce tensor; all_gather / reduce_scatter output / input of W blocks)
@@ -37,8 +38,7 @@ def row(name: str, topo: Topology, coll: str, algo: str) -> str:
     host_of = {r: h.name for h in infos for r in h.ranks}
     nic, trunk = nic_traffic(plan, host_of, {h.name: h.switch for h in infos})
     n = len(infos)
-    f_ho = (2 * (n - 1) / n) if coll == "all_reduce" else (n - 1) / n
-    f_ring = (2 * (world - 1) / world) if coll == "all_reduce" else (world - 1) / world
+    f_ho, f_ring = bus_factor(coll, n), bus_factor(coll, world)
     sizes = [len(h.ranks) for h in infos]
     least = "-" if coll == "all_reduce" else f"{(world - min(sizes)) / world:.3f}"
     padded = "-" if coll == "all_reduce" else f"{max(sizes) * (n - 1) / world:.3f}"

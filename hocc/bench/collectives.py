@@ -4,13 +4,13 @@ factor (docs/algorithms.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.plan.volumes import bus_factor
 
 OP_NAMES = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
             "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
@@ -43,7 +43,6 @@ def reduce_ref(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
 @dataclass(frozen=True)
 class BenchCollective:
     name: str
-    busbw_factor: Callable[[int], float]
     reduces: bool
 
     def counts(self, size: int, elem: int, world: int) -> tuple[int, int]:
@@ -105,9 +104,9 @@ class BenchCollective:
 
 
 COLLECTIVES: dict[str, BenchCollective] = {
-    "all_reduce": BenchCollective("all_reduce", lambda w: 2 * (w - 1) / w, True),
-    "all_gather": BenchCollective("all_gather", lambda w: (w - 1) / w, False),
-    "reduce_scatter": BenchCollective("reduce_scatter", lambda w: (w - 1) / w, True),
+    "all_reduce": BenchCollective("all_reduce", True),
+    "all_gather": BenchCollective("all_gather", False),
+    "reduce_scatter": BenchCollective("reduce_scatter", True),
 }
 
 
@@ -116,4 +115,4 @@ def bandwidths(collective: str, size: int, seconds: float, world: int) -> tuple[
     if seconds <= 0:
         return 0.0, 0.0
     algbw = size / seconds / 1e9
-    return algbw, algbw * COLLECTIVES[collective].busbw_factor(world)
+    return algbw, algbw * bus_factor(collective, world)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hocc.plan.memo import memo
+from hocc.plan.volumes import bus_factor
 from hocc.topology import Topology
 from hocc.topology.links import LinkModel
 
@@ -141,7 +142,7 @@ def communicator_options(collective: str, sm: Summary, count: float, elem_size: 
     out: dict[str, float] = {}
 
     # ring: bandwidth term, latency per lap of W edges
-    bus = (2.0 if collective == "all_reduce" else 1.0) * (w - 1) / w * s
+    bus = bus_factor(collective, w) * s
     if n == 1:
         ring_bw = bus / bh if sm.nvswitch else bus * w / bh
     else:

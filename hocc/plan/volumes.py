@@ -9,6 +9,15 @@ from __future__ import annotations
 from hocc.topology import Topology
 
 
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests' busbw / algbw over n members, the one place it is written:
+    2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter (what
+    each member's link carries per byte of the full buffer). Alone: 0."""
+    if n < 2:
+        return 0.0
+    return (2 if collective == "all_reduce" else 1) * (n - 1) / n
+
+
 def ring_volume(collective: str, n: int, count: int) -> tuple[float, int]:
     """What each member of a ring over n members sends, in elements, and in how
     many rounds: all_reduce of `count` elements 2(n-1)/n * count in 2(n-1);
@@ -27,14 +36,11 @@ def link_bound(collective: str, nbytes: int, topo: Topology) -> float | None:
     (N-1)/N * S; over M > 1 switches, each trunk carries the same with M. A host's bytes
     spread over its NICs.
     `nbytes` is S, the full buffer. None on a single host."""
-    def factor(n: int) -> float:
-        return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
-
     hosts, switches = len(topo.host_groups()), len(topo.switch_groups())
     if hosts < 2:
         return None
     nics = min(h.nics for h in topo.host_infos())
-    bound = factor(hosts) * nbytes / (topo.links.nic.bandwidth * nics)
+    bound = bus_factor(collective, hosts) * nbytes / (topo.links.nic.bandwidth * nics)
     if switches > 1:
-        bound = max(bound, factor(switches) * nbytes / topo.links.trunk.bandwidth)
+        bound = max(bound, bus_factor(collective, switches) * nbytes / topo.links.trunk.bandwidth)
     return bound

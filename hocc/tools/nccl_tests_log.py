@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hocc.plan.volumes import bus_factor
+
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 _PREFIX = re.compile(r"^\s*(?:\[[\d,]+\](?:<\w+>)?:?|\d+:)\s?")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)")
@@ -133,7 +135,7 @@ def infer_op(run: Run) -> str:
     if not ratios or w < 2:
         raise ValueError("cannot tell which collective this nccl-tests run is; pass the op")
     ratio = sorted(ratios)[len(ratios) // 2]
-    if abs(ratio - 2 * (w - 1) / w) < abs(ratio - (w - 1) / w):
+    if abs(ratio - bus_factor("all_reduce", w)) < abs(ratio - bus_factor("all_gather", w)):
         return "all_reduce"
     return "all_gather" if run.rows[0].redop == "none" else "reduce_scatter"
 

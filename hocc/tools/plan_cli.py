@@ -31,6 +31,7 @@ from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
 from hocc.plan.types import COLLECTIVES
+from hocc.plan.volumes import bus_factor
 from hocc.topology import FABRICS, TIERS, Link, Topology, parse_links, parse_spec, uniform, with_nics
 from hocc.topology.links import LinkModel
 
@@ -127,10 +128,6 @@ def planner_config(topo: Topology, backend: str, launch: str | None = None) -> P
     return planner_settings(PlannerConfig(params=params), device_of(backend), topo)
 
 
-def busbw_factor(op: str, world: int) -> float:
-    return (2 if op == "all_reduce" else 1) * (world - 1) / world if world > 1 else 0.0
-
-
 def per_rank_count(op: str, size: int, elem: int, world: int) -> int:
     total = size // elem
     return total if op == "all_reduce" else total // world
@@ -206,7 +203,7 @@ def run(a: argparse.Namespace) -> int:
                 if p is None:
                     line += f"{'-':>26}"
                     continue
-                busbw = size / p.seconds * busbw_factor(op, world) / 1e9 if p.seconds else 0.0
+                busbw = size / p.seconds * bus_factor(op, world) / 1e9 if p.seconds else 0.0
                 k = f" K={p.chunks}" if x == "ho_ring" else ""
                 line += f"{_fmt_time(p.seconds) + k:>17} {busbw:>8.3f}"
             print(line + f"{pick:>10}" + (f"  native={nccl}" if nccl else ""))
