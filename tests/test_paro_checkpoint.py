@@ -1,10 +1,15 @@
 """PaRO checkpoints on spawned gloo worlds: a model trained under one strategy
-on 2x4 ranks, saved with torch.distributed.checkpoint (each rank its G parts,
-as ShardedTensors) and loaded under another strategy, holds the same
-parameters and, after one more step, still the same (the optimizer state
-moved too); saved on 8 ranks and loaded on 4 (2x2), parameters and optimizer
-state are the saved ones; a full state dict of an unwrapped model loads into a
-wrapped one. Without ranks: the checkpoint's shard owners match the layout's."""
+on 2x4 ranks, saved with torch.distributed.checkpoint (DTensors, each rank its
+torch.chunk of every parameter, with no ShardedTensor's deprecation warning)
+and loaded under another strategy, holds the same parameters and, after one
+more step, still the same (the optimizer state moved too); saved on 8 ranks
+and loaded on 4 (2x2), parameters and optimizer state are the saved ones under
+every strategy, and the next step is an unwrapped model's from the same state;
+plain torch reads it (dcp.load into an unwrapped model, dcp_to_torch_save,
+FSDP2's fully_shard with its optimizer), and PaRO reads FSDP2's; a checkpoint
+of the ShardedTensor form hocc wrote before still loads; a full state dict of
+an unwrapped model loads into a wrapped one. Without ranks: checkpoint.py
+imports no ShardedTensor, and the checkpoint's G owners match the layout's."""
 
 from __future__ import annotations
 
@@ -277,6 +282,18 @@ def _load_on_4_cases(rank: int, world: int, root: str) -> None:
             train(model, opt, rank, range(3, 4))
             assert_close(f"8 -> 4 ranks, {strat}: a step after loading", full_state_dict(model), stepped)
     _plain_readers(rank, world, root, ref, stepped)
+    # a checkpoint hocc wrote before DTensors (ShardedTensors over flattened parameters; 2x4 ranks, IIG)
+    old = Path(__file__).parent / "fixtures" / "paro_sharded_tensor_ckpt"
+    old_ref = torch.load(old / "ref.pt")
+    for strat in ("GGG", "NNN"):
+        model = wrap(strat, seed=1)
+        opt = adamw(model, lr=0.5)
+        load(model, opt, old)
+        assert_equal(f"an old checkpoint, {strat}: parameters", full_state_dict(model), old_ref["model"])
+        got = full_optim(model, opt)
+        assert got.pop("lr") == old_ref["optim"].pop("lr") == [0.01, 0.01]
+        assert_equal(f"an old checkpoint, {strat}: optimizer state", got, old_ref["optim"])
+        old_ref["optim"]["lr"] = [0.01, 0.01]
     # a full state dict: an unwrapped model's (buffers moved off their defaults) into a wrapped one
     plain = Net(seed=2)
     plain(torch.randn(6, 7))
