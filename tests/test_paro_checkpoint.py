@@ -317,7 +317,8 @@ def _plain_readers(rank: int, world: int, root: str, ref: dict[str, Any], steppe
     """What 8 ranks saved, read without hocc: dcp.load into an unwrapped model's state_dict();
     dcp_to_torch_save, whose file an unwrapped model's strict load_state_dict takes; and FSDP2
     (fully_shard on 4 ranks), model and optimizer through torch's get/set_state_dict, which then
-    steps as the unwrapped model does. And back: what FSDP2 saves, PaRO loads."""
+    steps as the unwrapped model does. And back: what FSDP2 saves, PaRO loads, and FSDP2's
+    state_dict() too."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -356,7 +357,11 @@ def _plain_readers(rank: int, world: int, root: str, ref: dict[str, Any], steppe
     load(model, opt, f"{root}/fsdp")
     assert_equal("FSDP2's checkpoint into PaRO", {k: v for k, v in full_state_dict(model).items() if k in stepped},
                  {n: p.full_tensor() for n, p in fsdp.named_parameters()})
-    got, want = full_optim(model, opt), get_state_dict(fsdp, fopt)[1]
+    direct = wrap("GGG", seed=5)  # and FSDP2's DTensors themselves, without DCP
+    direct.load_paro_state_dict(fsdp.state_dict())
+    assert_equal("FSDP2's state_dict() into PaRO", {k: v for k, v in full_state_dict(direct).items() if k in stepped},
+                 {n: p.full_tensor() for n, p in fsdp.named_parameters()})
+    got, want = full_optim(model, opt), dict(get_state_dict(fsdp, fopt)[1])
     assert got.pop("lr") == [0.01, 0.01]
     assert_equal("FSDP2's optimizer state into PaRO", got, {f"{n}.{k}": v.full_tensor() if k != "step" else v
                                                            for n, st in want["state"].items() for k, v in st.items()})
