@@ -1,13 +1,22 @@
 """PaRO checkpoints on spawned gloo worlds: a model trained under one strategy
-on 2x4 ranks, saved with torch.distributed.checkpoint (each rank its G parts,
-as ShardedTensors) and loaded under another strategy, holds the same
-parameters and, after one more step, still the same (the optimizer state
-moved too); saved on 8 ranks and loaded on 4 (2x2), parameters and optimizer
-state are the saved ones; a full state dict of an unwrapped model loads into a
-wrapped one. Without ranks: the checkpoint's shard owners match the layout's."""
+on 2x4 ranks, saved with torch.distributed.checkpoint (DTensors, each rank its
+torch.chunk of every parameter, with no ShardedTensor's deprecation warning)
+and loaded under another strategy, holds the same parameters and, after one
+more step, still the same (the optimizer state moved too); saved on 8 ranks
+and loaded on 4 (2x2), parameters and optimizer state are the saved ones under
+every strategy, and the next step is an unwrapped model's from the same state;
+plain torch reads it (dcp.load into an unwrapped model, dcp_to_torch_save,
+FSDP2's fully_shard with its optimizer), and PaRO reads FSDP2's; a checkpoint
+of the ShardedTensor form hocc wrote before still loads; a full state dict of
+an unwrapped model loads into a wrapped one. Without ranks: checkpoint.py
+imports no ShardedTensor, and the checkpoint's G owners match the layout's."""
 
 from __future__ import annotations
 
+import ast
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,59 +102,68 @@ def rank0_buffers(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def full_optim(model: Any, opt: torch.optim.Optimizer) -> dict[str, Any]:
     """Every parameter's optimizer state whole (per-element states assembled from every rank's
-    ShardedTensor shards, flattened), and the groups' learning rates: to compare across worlds."""
-    from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+    DTensor chunks, in the parameter's shape), and the groups' learning rates: to compare across
+    worlds."""
+    from torch.distributed.tensor import DTensor
 
     from hocc.paro.checkpoint import optim_state_dict
 
     sd = optim_state_dict(model, opt)
-    mine = [(name, key, s.metadata.shard_offsets[0], s.tensor) for name, st in sd["state"].items()
-            for key, v in st.items() if isinstance(v, ShardedTensor) for s in v.local_shards()]
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
     out: dict[str, Any] = {"lr": [g["lr"] for g in sd["param_groups"]]}
     for name, st in sd["state"].items():
         for key, v in st.items():
-            if isinstance(v, ShardedTensor):
-                full = torch.full(tuple(v.size()), float("nan"), dtype=v.metadata().tensor_properties.dtype)
-                for n, k, off, t in (e for part in every for e in part):
-                    if (n, k) == (name, key):
-                        full[off:off + t.numel()] = t
-                assert not full.isnan().any(), (name, key)
-                out[f"{name}.{key}"] = full
-            else:
-                out[f"{name}.{key}"] = v
+            out[f"{name}.{key}"] = v.full_tensor() if isinstance(v, DTensor) else v
     return out
 
 
-def _check_shards(rank: int, model: Any) -> None:
-    """Each parameter a ShardedTensor of its flattened size whose shards partition it, the local one
-    this rank's G part of the whole parameter; a rank whose G range misses it holds a zero-size one
-    (DCP would drop the key from its template otherwise)."""
-    from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+def _check_shards(rank: int, world: int, model: Any, opt: torch.optim.Optimizer) -> None:
+    """Each parameter a DTensor in its own shape, Shard(0) over the world, whose local tensor is
+    this rank's torch.chunk of the whole (empty past the last chunk: head.bias has 5 rows for 8
+    ranks), and its optimizer states the same; made by one all_to_all per unit in which a rank
+    sends no more than its G block."""
+    from torch.distributed.tensor import DTensor, Shard
 
-    from hocc.paro.checkpoint import full_state_dict, sharded_state_dict
+    from hocc.paro.checkpoint import full_state_dict, optim_state_dict, sharded_state_dict
 
+    units = model.paro_units()
+    before = len(units[0].moves.trace)
     sd, full = sharded_state_dict(model), rank0_buffers(full_state_dict(model))
+    sent = [t for t in list(units[0].moves.trace)[before:] if t.op == "all_to_all"]
+    assert len(sent) == len(units) and all(t.elems <= u.layout.block for t, u in zip(sent, units, strict=True)), sent
     assert set(sd) == set(model.state_dict()), sorted(set(sd) ^ set(model.state_dict()))
     for name, v in sd.items():
         if not name.startswith("norm.running") and name != "norm.num_batches_tracked":
-            assert isinstance(v, ShardedTensor), name
-            assert tuple(v.size()) == (full[name].numel(),), name
-            metas = sorted((m for m in v.metadata().shards_metadata if m.shard_sizes[0]),
-                           key=lambda m: m.shard_offsets[0])
-            ends = [m.shard_offsets[0] + m.shard_sizes[0] for m in metas]
-            assert [m.shard_offsets[0] for m in metas] == [0, *ends[:-1]] and ends[-1] == full[name].numel(), name
-            (s,) = v.local_shards()
-            off = s.metadata.shard_offsets[0]
-            assert torch.equal(s.tensor, full[name].reshape(-1)[off:off + s.tensor.numel()]), name
+            assert isinstance(v, DTensor) and v.placements == (Shard(0),), name
+            assert v.shape == full[name].shape and v.device_mesh.mesh.tolist() == list(range(world)), name
+            chunks = torch.chunk(full[name], world)
+            want = chunks[rank] if rank < len(chunks) else full[name][:0]
+            assert torch.equal(v.to_local(), want), name
         else:
             assert torch.equal(v, full[name]), name
-    owners = {m.placement.rank() for m in sd["head.bias"].metadata().shards_metadata if m.shard_sizes[0]}
-    assert len(owners) == 1 and (sd["head.bias"].local_shards()[0].tensor.numel() > 0) == (rank in owners), owners
+    assert sd["head.bias"].to_local().numel() == (rank < 5)
+    state = optim_state_dict(model, opt)["state"]["blocks.1.lin.weight"]
+    assert isinstance(state["exp_avg"], DTensor) and state["exp_avg"].shape == (11, 13)
+    assert not isinstance(state["step"], DTensor) and state["step"].dim() == 0
+
+
+@contextmanager
+def no_sharded_tensor() -> Iterator[None]:
+    """Nothing inside warns of ShardedTensor's deprecation (a FutureWarning torch gives for every
+    one made): the checkpoint is DTensors."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    bad = [f"{w.category.__name__}: {w.message}" for w in caught
+           if issubclass(w.category, FutureWarning) or "ShardedTensor" in str(w.message)]
+    assert not bad, bad[:3]
 
 
 def _reshard(rank: int, world: int, root: str) -> None:
+    with no_sharded_tensor():
+        _reshard_cases(rank, world, root)
+
+
+def _reshard_cases(rank: int, world: int, root: str) -> None:
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load  # = dcp.load
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save  # = dcp.save
 
@@ -167,7 +185,7 @@ def _reshard(rank: int, world: int, root: str) -> None:
         dst = wrap(b, seed=1)
         dopt = adamw(dst, lr=0.5)
         if n == 0:  # by hand: dcp into templates the same functions make for the other model
-            _check_shards(rank, src)
+            _check_shards(rank, world, src, opt)
             dcp_save({"model": sharded_state_dict(src), "optim": optim_state_dict(src, opt)}, checkpoint_id=path)
             sd = {"model": sharded_state_dict(dst), "optim": optim_state_dict(dst, dopt)}
             dcp_load(sd, checkpoint_id=path)
@@ -208,10 +226,49 @@ def _save_for_4(rank: int, root: str) -> None:
         torch.save(ref, f"{root}/ref.pt")
 
 
+def plain_twin(ref: dict[str, Any]) -> tuple[Net, torch.optim.Optimizer]:
+    """An unwrapped Net and its AdamW holding the saved parameters and optimizer state."""
+    net = Net(seed=3)
+    net.load_state_dict(ref["model"])
+    opt = adamw(net, lr=0.5)
+    order = [id(p) for g in opt.param_groups for p in g["params"]]
+    names = {id(p): n for n, p in net.named_parameters()}
+    sd = opt.state_dict()
+    sd["state"] = {i: {k: ref["optim"][f"{names[pid]}.{k}"].clone() for k in ("step", "exp_avg", "exp_avg_sq")}
+                   for i, pid in enumerate(order)}
+    for g, lr in zip(sd["param_groups"], ref["optim"]["lr"], strict=True):
+        g["lr"] = lr
+    opt.load_state_dict(sd)
+    return net, opt
+
+
+def plain_step(net: nn.Module, opt: torch.optim.Optimizer, world: int, s: int) -> dict[str, torch.Tensor]:
+    """train()'s step `s` on `world` ranks, on one unwrapped model: the mean of the ranks' gradients."""
+    for r in range(world):
+        gen = torch.Generator().manual_seed(1000 * s + r)
+        x, y = torch.randn(6, 7, generator=gen), torch.randn(6, 5, generator=gen)
+        (nn.functional.mse_loss(net(x), y) / world).backward()
+    opt.step()
+    opt.zero_grad()
+    return {n: p.detach().clone() for n, p in net.named_parameters()}
+
+
+def assert_close(what: str, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    for k, v in want.items():
+        assert torch.allclose(got[k], v, rtol=RTOL, atol=ATOL), f"{what}: {k} differs"
+
+
 def _load_on_4(rank: int, world: int, root: str) -> None:
+    with no_sharded_tensor():
+        _load_on_4_cases(rank, world, root)
+
+
+def _load_on_4_cases(rank: int, world: int, root: str) -> None:
     from hocc.paro.checkpoint import full_state_dict, load, load_full_state_dict
 
     ref = torch.load(f"{root}/ref.pt")
+    twin, twin_opt = plain_twin(ref)
+    stepped = plain_step(twin, twin_opt, world, 3)  # the saved model's next step on 4 ranks, without DCP
     for strat in [s.name for s in all_strategies()]:  # every strategy loads what 2x4 ranks saved under IIG
         model = wrap(strat, seed=1)
         opt = adamw(model, lr=0.5)
@@ -221,8 +278,22 @@ def _load_on_4(rank: int, world: int, root: str) -> None:
         assert got.pop("lr") == ref["optim"]["lr"] == [0.01, 0.01]
         assert_equal(f"8 -> 4 ranks, {strat}: optimizer state", got,
                      {k: v for k, v in ref["optim"].items() if k != "lr"})
-        if strat in ("NNN", "III", "NGG"):
-            train(model, opt, rank, range(3, 4))  # and it trains on
+        if strat in ("NNN", "III", "NGG", "IIG"):  # and it trains on as the unwrapped model does
+            train(model, opt, rank, range(3, 4))
+            assert_close(f"8 -> 4 ranks, {strat}: a step after loading", full_state_dict(model), stepped)
+    _plain_readers(rank, world, root, ref, stepped)
+    # a checkpoint hocc wrote before DTensors (ShardedTensors over flattened parameters; 2x4 ranks, IIG)
+    old = Path(__file__).parent / "fixtures" / "paro_sharded_tensor_ckpt"
+    old_ref = torch.load(old / "ref.pt")
+    for strat in ("GGG", "NNN"):
+        model = wrap(strat, seed=1)
+        opt = adamw(model, lr=0.5)
+        load(model, opt, old)
+        assert_equal(f"an old checkpoint, {strat}: parameters", full_state_dict(model), old_ref["model"])
+        got = full_optim(model, opt)
+        assert got.pop("lr") == old_ref["optim"].pop("lr") == [0.01, 0.01]
+        assert_equal(f"an old checkpoint, {strat}: optimizer state", got, old_ref["optim"])
+        old_ref["optim"]["lr"] = [0.01, 0.01]
     # a full state dict: an unwrapped model's (buffers moved off their defaults) into a wrapped one
     plain = Net(seed=2)
     plain(torch.randn(6, 7))
@@ -242,6 +313,60 @@ def _load_on_4(rank: int, world: int, root: str) -> None:
     dist.barrier()
 
 
+def _plain_readers(rank: int, world: int, root: str, ref: dict[str, Any], stepped: dict[str, torch.Tensor]) -> None:
+    """What 8 ranks saved, read without hocc: dcp.load into an unwrapped model's state_dict();
+    dcp_to_torch_save, whose file an unwrapped model's strict load_state_dict takes; and FSDP2
+    (fully_shard on 4 ranks), model and optimizer through torch's get/set_state_dict, which then
+    steps as the unwrapped model does. And back: what FSDP2 saves, PaRO loads, and FSDP2's
+    state_dict() too."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+    from torch.distributed.fsdp import fully_shard
+
+    from hocc.paro.checkpoint import full_state_dict, load
+
+    plain = Net(seed=3)
+    sd = {"model": plain.state_dict()}
+    dcp_load(sd, checkpoint_id=f"{root}/ckpt")
+    assert_equal("dcp.load into an unwrapped model", plain.state_dict(), ref["model"])
+    if rank == 0:
+        dcp_to_torch_save(f"{root}/ckpt", f"{root}/ckpt.pt")
+        saved = torch.load(f"{root}/ckpt.pt")
+        plain = Net(seed=3)
+        plain.load_state_dict(saved["model"])  # strict: the names are model.state_dict()'s
+        assert_equal("dcp_to_torch_save", plain.state_dict(), ref["model"])
+        assert torch.equal(saved["optim"]["state"]["head.weight"]["exp_avg"], ref["optim"]["head.weight.exp_avg"])
+    fsdp = Net(seed=3)
+    for b in fsdp.blocks:
+        fully_shard(b)
+    fully_shard(fsdp)
+    fopt = adamw(fsdp, lr=0.5)
+    msd, osd = get_state_dict(fsdp, fopt)
+    dcp_load({"model": msd, "optim": osd}, checkpoint_id=f"{root}/ckpt")
+    set_state_dict(fsdp, fopt, model_state_dict=msd, optim_state_dict=osd)
+    whole = {n: p.full_tensor() for n, p in fsdp.named_parameters()}
+    assert_equal("FSDP2 loads it", whole, {n: v for n, v in ref["model"].items() if n in whole})
+    assert [g["lr"] for g in fopt.param_groups] == [0.01, 0.01]
+    train(fsdp, fopt, rank, range(3, 4))
+    assert_close("FSDP2, a step after loading", {n: p.full_tensor() for n, p in fsdp.named_parameters()}, stepped)
+    dcp_save(dict(zip(("model", "optim"), get_state_dict(fsdp, fopt), strict=True)), checkpoint_id=f"{root}/fsdp")
+    model = wrap("IIG", seed=4)
+    opt = adamw(model, lr=0.5)
+    load(model, opt, f"{root}/fsdp")
+    assert_equal("FSDP2's checkpoint into PaRO", {k: v for k, v in full_state_dict(model).items() if k in stepped},
+                 {n: p.full_tensor() for n, p in fsdp.named_parameters()})
+    direct = wrap("GGG", seed=5)  # and FSDP2's DTensors themselves, without DCP
+    direct.load_paro_state_dict(fsdp.state_dict())
+    assert_equal("FSDP2's state_dict() into PaRO", {k: v for k, v in full_state_dict(direct).items() if k in stepped},
+                 {n: p.full_tensor() for n, p in fsdp.named_parameters()})
+    got, want = full_optim(model, opt), dict(get_state_dict(fsdp, fopt)[1])
+    assert got.pop("lr") == [0.01, 0.01]
+    assert_equal("FSDP2's optimizer state into PaRO", got, {f"{n}.{k}": v.full_tensor() if k != "step" else v
+                                                           for n, st in want["state"].items() for k, v in st.items()})
+
+
 @pytest.mark.slow
 def test_checkpoint_across_strategies_and_world_sizes(tmp_path: Path) -> None:
     """2x4 ranks: IIG -> GGG (by hand with dcp), NNG -> III, NNN -> IGG, III -> NIG (save / load), and
@@ -249,6 +374,17 @@ def test_checkpoint_across_strategies_and_world_sizes(tmp_path: Path) -> None:
     a wrapped one. Two worlds in one test: starting ranks is most of its time."""
     run_world(8, _reshard, str(tmp_path), env={"HOCC_TOPOLOGY": "2x4"})
     run_world(4, _load_on_4, str(tmp_path), env={"HOCC_TOPOLOGY": "2x2"})
+
+
+def test_checkpoint_builds_on_dtensor_alone() -> None:
+    """checkpoint.py imports nothing of torch.distributed._shard (ShardedTensor, deprecated)."""
+    import hocc.paro.checkpoint as ck
+
+    tree = ast.parse(Path(ck.__file__).read_text())
+    mods = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "torch.distributed.tensor" in mods and not [m for m in mods if "_shard" in m], mods
+    assert "ShardedTensor" not in vars(ck)
 
 
 @pytest.mark.parametrize("hosts", [[(0, 1, 2, 3), (4, 5, 6, 7)], [(0, 3), (1, 2)], [(0, 5, 6), (1, 2, 7), (3, 4, 8)]])

@@ -8,7 +8,9 @@ model with torch's strict load_state_dict; a plain model's state_dict() loads
 back into a wrapped one; torch's strict rules hold (a missing alias or an
 extra key raises, strict=False reports them); GPT-2's save_pretrained /
 from_pretrained round trip goes through paro_state_dict; and the tied model's
-DCP checkpoint saved under IIG loads under GGG and trains on equal."""
+DCP checkpoint saved under IIG loads under GGG and trains on equal, and
+dcp_to_torch_save makes of it a file a plain model's strict load_state_dict
+takes."""
 
 from __future__ import annotations
 
@@ -143,7 +145,16 @@ def _tied_checkpoint(rank: int, root: str) -> None:
     other = wrap(TiedNet, "GGG", seed=5)
     other_opt = torch.optim.AdamW(other.parameters(), lr=0.01)
     load(other, other_opt, f"{root}/tied-ckpt")
-    assert_same("tied, DCP IIG -> GGG", other.paro_state_dict(), model.paro_state_dict())
+    saved = model.paro_state_dict()
+    assert_same("tied, DCP IIG -> GGG", other.paro_state_dict(), saved)
+    if rank == 0:  # read without hocc: both names of the tied weight, as a plain model's strict load takes them
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        dcp_to_torch_save(f"{root}/tied-ckpt", f"{root}/tied.pt")
+        plain = TiedNet(seed=6)
+        plain.load_state_dict(torch.load(f"{root}/tied.pt")["model"])
+        assert plain.head.weight is plain.emb.weight
+        assert_same("tied, dcp_to_torch_save", plain.state_dict(), saved)
     train(model, rank, 11, opt)
     train(other, rank, 11, other_opt)
     assert_same("tied, DCP IIG -> GGG, then a step", other.paro_state_dict(), model.paro_state_dict())

@@ -3,40 +3,52 @@ for torch.distributed.checkpoint (DCP), which saves each rank's part without
 gathering and loads it back under any strategy and any world size.
 
     full_state_dict         every parameter whole on every rank (export, comparison)
-    sharded_state_dict      each parameter as a ShardedTensor over its flattened
-                            shape [numel]: a rank's local shard is the part inside
-                            its G range (zero-size if none); buffers as plain tensors
+    sharded_state_dict      each parameter as a DTensor in its own shape over a
+                            1-D mesh of the world ranks, Shard(0) (a 0-d one:
+                            Replicate), as FSDP2's state_dict gives it; buffers
+                            as plain tensors
     optim_state_dict        the optimizer's state keyed by parameter name: per-element
-                            states (Adam's moments, SGD's momentum) sharded as the
-                            parameters are, scalar ones (Adam's step) plain, and
+                            states (Adam's moments, SGD's momentum) as DTensors as
+                            the parameters are, scalar ones (Adam's step) plain, and
                             param_groups with names in place of indices
     load_sharded_state_dict / load_full_state_dict / load_optim_state_dict: the inverses
     save / load             the two through dcp.save / dcp.load
 
-Why the G part, whatever the strategy: the ranks' G ranges partition every
-unit's flat vector and every rank holds its own (G is inside I inside N), so
-each element is written once, by one rank, with no collective; and whatever
-a loading model's strategy, each of its ranks reads the chunks that overlap its
-own G range, then gathers G -> o into the optimizer's scope `master` (and its
-optimizer's per-element state the same way). Why flattened: a rank's G part is
-a contiguous range of the flattened parameter, which is a box of [numel] but
-not, in general, of the parameter's own shape. Loading writes `master` in
-place, so each unit refreshes its other copies at its next forward.
+Where the data comes from: a rank's G part of a unit is one block of the
+unit's flat vector on the rail-major layout (layout.py), which a parameter
+may start or end inside, while a DTensor's Shard(0) chunk is the rows
+torch.chunk gives rank r. The two do not line up, so per unit one
+all_to_all_single over the world moves each rank's G part to the ranks whose
+chunks it overlaps (and back, on loading): every rank sends about its G
+block and receives about its chunks, 1/W of the unit each way, and holds
+only those two buffers beyond what the state dict keeps. Why the G part,
+whatever the strategy: the G ranges partition every unit's flat vector and
+every rank holds its own (G is inside I inside N). A loading rank gathers
+G -> o into the optimizer's scope `master` (and its optimizer's per-element
+state the same way); loading writes `master` in place, so each unit
+refreshes its other copies at its next forward.
+
+Checkpoints written before (ShardedTensors over each parameter's flattened
+shape [numel]) still load: `load` reads the checkpoint's metadata and makes
+the template of such a parameter a DTensor over [numel], whose chunks DCP
+reads from the saved 1-D ones.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.distributed._shard.metadata import ShardMetadata
-from torch.distributed._shard.sharded_tensor.api import ShardedTensor
-from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
-from torch.distributed._shard.sharded_tensor.shard import Shard
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.nn.modules.module import _IncompatibleKeys
+
+from hocc.paro.moves import Logged
 
 if TYPE_CHECKING:
     from hocc.paro.shard import ParoModule
@@ -116,59 +128,188 @@ def _g_parts(u: Unit, sl: Slot) -> list[tuple[int, int, int]]:
     return out
 
 
-def _shard(u: Unit, sl: Slot, local: torch.Tensor) -> ShardedTensor | torch.Tensor:
-    """A ShardedTensor over sl's flattened shape whose local shard is `local`
-    (this rank's G part, perhaps empty). Its global metadata is built here,
-    every rank's G range being known, so no collective runs per tensor.
+# -- DTensors: each rank's G parts <-> its Shard(0) chunks ---------------------------
 
-    A rank whose G range misses the parameter holds a zero-size shard (at
-    offset numel) rather than none: DCP's planners drop a ShardedTensor with
-    no local shard from that rank's template, and dcp.load, finding a saved
-    key the template lacks, falls back to its pre-2.4 flattening, which
-    breaks any list of dicts in the state dict (param_groups). The metadata
-    lists the shards that hold data and this rank's own zero-size one only
-    (the other ranks' would add W entries per tensor; no check needs them)."""
-    if sl.numel == 0:  # nothing to shard: a ShardedTensor needs a non-empty shard somewhere
-        return local.clone()
-    dev, me = str(local.device), u.groups.rank
-    metas = [ShardMetadata([lo], [hi - lo], f"rank:{r}/{dev}") for r, lo, hi in _g_parts(u, sl)]
-    mine = next((m for m in metas if m.placement is not None and m.placement.rank() == me), None)
-    if mine is None:
-        mine = ShardMetadata([sl.numel], [0], f"rank:{me}/{dev}")
-        metas.append(mine)
-    lo, hi = u.local_range(sl, "G")
-    assert local.numel() == hi - lo == mine.shard_sizes[0], (sl.fqn, lo, hi, mine)
-    props = TensorProperties(dtype=local.dtype, layout=torch.strided, requires_grad=False,
-                             memory_format=torch.contiguous_format, pin_memory=False)
-    meta = ShardedTensorMetadata(metas, torch.Size([sl.numel]), props)
-    return ShardedTensor._init_from_local_shards_and_global_metadata([Shard(local.contiguous(), mine)], meta,
-                                                                     process_group=u.groups.world)
+Form = tuple[tuple[int, ...], bool]           # a slot's DTensor: (its shape, replicated)
+Piece = tuple[int, int, int, int]             # (rank, slot index, lo, hi): [lo, hi) of the flattened slot
+_MESHES: dict[tuple[Any, str], DeviceMesh] = {}
 
 
-def _g_part(name: str, value: Any, sl: Slot, lo: int, hi: int) -> torch.Tensor:
-    """[lo, hi) of a saved value of `sl`, flattened: a ShardedTensor's local
-    shards (which must cover it) or a plain full tensor's slice."""
-    if isinstance(value, ShardedTensor):
-        if tuple(value.size()) != (sl.numel,):
-            raise ValueError(f"{name}: a ShardedTensor of size {tuple(value.size())}, but the parameter has "
-                             f"{sl.numel} elements (its flattened shape)")
-        pieces, at = [], lo
-        for s in sorted(value.local_shards(), key=lambda s: s.metadata.shard_offsets[0]):
-            s0 = s.metadata.shard_offsets[0]
-            a, b = max(at, s0), min(hi, s0 + s.metadata.shard_sizes[0])
-            if a == at and b > a:
-                pieces.append(s.tensor.reshape(-1)[a - s0:b - s0])
-                at = b
-        if at != hi:
-            raise ValueError(f"{name}: the ShardedTensor's local shards do not hold this rank's part "
-                             f"[{lo}, {hi}); load it (dcp.load) into a template from this model's sharded_state_dict")
-        return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-    if isinstance(value, torch.Tensor):
-        if value.numel() != sl.numel or (value.dim() > 1 and value.shape != sl.shape):
-            raise ValueError(f"{name}: a tensor of shape {tuple(value.shape)}, but the parameter's is "
-                             f"{tuple(sl.shape)}")
-        return value.detach().reshape(-1)[lo:hi]
-    raise TypeError(f"{name}: expected a tensor or a ShardedTensor, got {type(value).__name__}")
+def _mesh(u: Unit) -> DeviceMesh:
+    """The 1-D mesh of the world ranks, in order, on the unit's device type:
+    made once (it takes the default group, as FSDP2's 1-D mesh does)."""
+    key = (u.groups.world, u.device.type)
+    if key not in _MESHES:
+        _MESHES[key] = DeviceMesh(u.device.type, list(range(u.groups.size)))
+    return _MESHES[key]
+
+
+def _form(shape: Sequence[int]) -> Form:
+    """Shard(0) over the rows, but a 0-d parameter has none: Replicate."""
+    return tuple(shape), len(shape) == 0
+
+
+def _chunk(form: Form, rank: int, world: int) -> tuple[int, int]:
+    """[a, b) of the flattened tensor that `rank` holds: its Shard(0) rows, as
+    torch.chunk (and DTensor) cut them (the last ranks' empty when rows < W),
+    or all of it when replicated."""
+    shape, replicated = form
+    if replicated or not shape:
+        return 0, math.prod(shape)
+    rows, row = shape[0], math.prod(shape[1:])
+    per = -(-rows // world)
+    return min(rank * per, rows) * row, min((rank + 1) * per, rows) * row
+
+
+def _local_shape(form: Form, rank: int, world: int) -> tuple[int, ...]:
+    shape, replicated = form
+    if replicated or not shape:
+        return shape
+    a, b = _chunk(form, rank, world)
+    return ((b - a) // max(math.prod(shape[1:]), 1), *shape[1:])
+
+
+def _dtensor(u: Unit, local: torch.Tensor, form: Form) -> DTensor:
+    """`local` (this rank's chunk) as the DTensor of `form`; its global shape
+    and stride are given, so no rank checks another's (no collective)."""
+    shape, replicated = form
+    stride = tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+    return DTensor.from_local(local, _mesh(u), [Replicate() if replicated else Shard(0)], run_check=False,
+                              shape=torch.Size(shape), stride=stride)
+
+
+def _pieces(u: Unit, forms: dict[int, Form]) -> tuple[list[Piece], list[Piece]]:
+    """For the slots in `forms` (slot index -> its DTensor's form): the pieces
+    of this rank's G part that go to each rank's chunk (give), and the pieces of
+    its own chunks that come from each rank's G part (take). Each is sorted by
+    rank, then slot: all_to_all_single's order on the sending and the
+    receiving side alike (a rank owns one block, so one piece per rank and slot)."""
+    world, me = u.groups.size, u.groups.rank
+    give: list[Piece] = []
+    take: list[Piece] = []
+    for i, form in forms.items():
+        lo, hi = u.local_range(u.slots[i], "G")
+        for r in range(world) if hi > lo else ():
+            a, b = _chunk(form, r, world)
+            if max(a, lo) < min(b, hi):
+                give.append((r, i, max(a, lo), min(b, hi)))
+        a, b = _chunk(form, me, world)
+        for r, lo, hi in _g_parts(u, u.slots[i]):
+            if max(a, lo) < min(b, hi):
+                take.append((r, i, max(a, lo), min(b, hi)))
+    return sorted(give), sorted(take)
+
+
+def _all_to_all(u: Unit, give: list[Piece], take: list[Piece], read: Callable[[Piece], torch.Tensor],
+                dtype: torch.dtype) -> torch.Tensor:
+    """One all_to_all_single over the world, on the unit's worker (every rank
+    makes it for the same unit at the same point): sends read(p) for each
+    piece p of `give`; returns what came for `take`, in its order."""
+    world = u.groups.size
+    empty = torch.empty(0, dtype=dtype, device=u.device)
+    send = torch.cat([read(p).to(dtype) for p in give]) if give else empty
+    recv = torch.empty(sum(hi - lo for *_, lo, hi in take), dtype=dtype, device=u.device)
+
+    def sizes(pieces: list[Piece]) -> list[int]:
+        n = [0] * world
+        for r, _, lo, hi in pieces:
+            n[r] += hi - lo
+        return n
+
+    def move() -> None:
+        u.moves.trace.append(Logged("all_to_all", "world", "load", "params", send.numel()))
+        if world == 1:
+            recv.copy_(send)
+        else:
+            dist.all_to_all_single(recv, send, sizes(take), sizes(give), group=u.groups.world)
+    u.moves.run(move)
+    return recv
+
+
+def _to_chunks(u: Unit, forms: dict[int, Form], dtype: torch.dtype,
+               gparts: dict[int, torch.Tensor] | None) -> dict[int, DTensor]:
+    """A DTensor per slot in `forms`, its local chunk made of every rank's G
+    part of it (gparts[i]: this rank's, 1-D): one all_to_all for the unit.
+    gparts None: chunks left unwritten, as dcp.load's template (no collective)."""
+    world, me = u.groups.size, u.groups.rank
+    local = {i: torch.empty(_local_shape(f, me, world), dtype=dtype, device=u.device) for i, f in forms.items()}
+    if gparts is not None and forms:
+        give, take = _pieces(u, forms)
+        g0 = {i: u.local_range(u.slots[i], "G")[0] for i in forms}
+        recv = _all_to_all(u, give, take, lambda p: gparts[p[1]][p[2] - g0[p[1]]:p[3] - g0[p[1]]], dtype)
+        at = 0
+        for _, i, lo, hi in take:  # the G parts cover every element of every chunk once
+            a = _chunk(forms[i], me, world)[0]
+            local[i].view(-1)[lo - a:hi - a] = recv[at:at + hi - lo]
+            at += hi - lo
+    return {i: _dtensor(u, local[i], forms[i]) for i in forms}
+
+
+def _from_chunks(u: Unit, values: dict[int, DTensor], gbuf: torch.Tensor) -> None:
+    """The inverse of _to_chunks: this rank's G part of each slot's DTensor,
+    from every rank's chunk of it, into gbuf (the unit's vector at scope G).
+    One all_to_all for the unit."""
+    world, me = u.groups.size, u.groups.rank
+    forms = {i: _form_of(v) for i, v in values.items()}
+    local = {i: v.to_local().reshape(-1) for i, v in values.items()}
+    a = {i: _chunk(f, me, world)[0] for i, f in forms.items()}
+    give, take = _pieces(u, forms)
+    recv = _all_to_all(u, take, give, lambda p: local[p[1]][p[2] - a[p[1]]:p[3] - a[p[1]]], gbuf.dtype)
+    at = 0
+    for _, i, lo, hi in give:
+        sl = u.slots[i]
+        g0 = u.local_range(sl, "G")[0]
+        u.part(gbuf, sl, "G", "G")[lo - g0:hi - g0] = recv[at:at + hi - lo]
+        at += hi - lo
+
+
+def _form_of(v: DTensor) -> Form:
+    return tuple(v.shape), v.placements[0].is_replicate()
+
+
+def _check_dtensor(name: str, v: DTensor, sl: Slot, u: Unit) -> DTensor:
+    """A DTensor this module can move: over a 1-D mesh of the world ranks in
+    order, Shard(0) or Replicate (FSDP2's form too), in the parameter's shape
+    or flattened (checkpoints written before DTensors)."""
+    mesh = v.device_mesh
+    if mesh.ndim != 1 or mesh.mesh.tolist() != list(range(u.groups.size)) or not (
+            v.placements[0].is_replicate() or v.placements[0] == Shard(0)):
+        raise ValueError(f"{name}: a DTensor on mesh {mesh.mesh.tolist()} with placements {v.placements}; loading "
+                         f"takes Shard(0) or Replicate over a 1-D mesh of all {u.groups.size} ranks (redistribute it, "
+                         f"or pass full_tensor())")
+    if tuple(v.shape) not in (tuple(sl.shape), (sl.numel,)):
+        raise ValueError(f"{name}: a DTensor of shape {tuple(v.shape)}, but the parameter's is {tuple(sl.shape)}")
+    want = _local_shape(_form_of(v), u.groups.rank, u.groups.size)
+    if tuple(v.to_local().shape) != want:
+        raise ValueError(f"{name}: this rank's chunk has shape {tuple(v.to_local().shape)}, not torch.chunk's {want}")
+    return v
+
+
+def _plain_part(name: str, value: Any, sl: Slot, lo: int, hi: int) -> torch.Tensor:
+    """[lo, hi) of a whole saved value of `sl`, flattened."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor or a DTensor, got {type(value).__name__}")
+    if value.numel() != sl.numel or (value.dim() > 1 and value.shape != sl.shape):
+        raise ValueError(f"{name}: a tensor of shape {tuple(value.shape)}, but the parameter's is {tuple(sl.shape)}")
+    return value.detach().reshape(-1)[lo:hi]
+
+
+def _fill_g(u: Unit, gbuf: torch.Tensor, values: dict[int, tuple[str, Any]]) -> None:
+    """Each value's part in this rank's G range into gbuf (slot index -> (its
+    name, a DTensor or a whole tensor)): the DTensors' by one all_to_all for
+    all of them, the whole ones' by slicing. Collective when any is a DTensor
+    (then on every rank: the ranks' values are of the same kinds)."""
+    moved: dict[int, DTensor] = {}
+    for i, (name, v) in values.items():
+        sl = u.slots[i]
+        if isinstance(v, DTensor):
+            moved[i] = _check_dtensor(name, v, sl, u)
+            continue
+        lo, hi = u.local_range(sl, "G")
+        if hi > lo:
+            u.part(gbuf, sl, "G", "G")[:] = _plain_part(name, v, sl, lo, hi)
+    if moved:
+        _from_chunks(u, moved, gbuf)
 
 
 def _gather_to_optim(u: Unit, gbuf: torch.Tensor) -> torch.Tensor:
@@ -182,18 +323,31 @@ def _gather_to_optim(u: Unit, gbuf: torch.Tensor) -> torch.Tensor:
 # -- parameters and buffers -------------------------------------------------------------
 
 def sharded_state_dict(model: ParoModule) -> dict[str, Any]:
-    """The model's parameters as ShardedTensors (each rank: its G part, in
-    the module's dtype) and its persistent buffers as plain tensors (rank
-    0's), by the names of model.state_dict() (a tied parameter under each of its
-    names): what dcp.save writes without
-    gathering, and the template dcp.load fills under another strategy or
-    world size. Collective (the buffers' broadcast)."""
+    """The model's parameters as DTensors in their own shapes, Shard(0) over
+    a 1-D mesh of the world (a 0-d one Replicate; an empty one a plain
+    tensor), in the module's dtype, and its persistent buffers as plain
+    tensors (rank 0's), by the names of model.state_dict() (a tied parameter
+    under each of its names): FSDP2's form, what dcp.save writes and the
+    template dcp.load fills under another strategy or world size. Each rank's
+    chunks are moved from the ranks' G parts, one all_to_all per unit.
+    Collective."""
+    return _model_sd(model, fill=True)
+
+
+def _model_sd(model: ParoModule, fill: bool, flat: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """sharded_state_dict; fill=False: chunks unwritten (a template for
+    dcp.load, no data moved). flat: the names to make over [numel] (an old
+    checkpoint's form)."""
     out: dict[str, Any] = {}
     tied = _tied_names(model)
     for u, named in _units(model):
-        for name, _, sl in named:
-            out[name] = _shard(u, sl, u.part(u.master, sl, "G", u.strategy.optim).detach().clone())
-            for alias in tied.get(name, ()):  # the same ShardedTensor: dcp.load fills it once per name
+        o = u.strategy.optim
+        forms = {i: _form((sl.numel,) if name in flat else sl.shape) for name, i, sl in named if sl.numel}
+        parts = {i: u.part(u.master, sl, "G", o).detach() for _, i, sl in named} if fill else None
+        chunks = _to_chunks(u, forms, u.dtype, parts)
+        for name, i, sl in named:
+            out[name] = chunks[i] if i in chunks else u.master.new_zeros(sl.shape)
+            for alias in tied.get(name, ()):  # the same DTensor: dcp.load fills it once per name
                 out[alias] = out[name]
     out.update(_rank0_buffers(model))
     return out
@@ -210,10 +364,12 @@ def _rank0_buffers(model: ParoModule) -> dict[str, torch.Tensor]:
 
 
 def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool = True) -> _IncompatibleKeys:
-    """Load parameters and buffers from a sharded state dict (ShardedTensors
-    as sharded_state_dict makes and dcp.load fills) or a full one (whole
+    """Load parameters and buffers from a sharded state dict (DTensors as
+    sharded_state_dict makes and dcp.load fills, or FSDP2's: Shard(0) or
+    Replicate over a 1-D mesh of the world) or a full one (whole
     tensors: full_state_dict's, or an unwrapped model's state_dict()), or a
-    mix. Each rank takes its G part of every parameter, the unit gathers the
+    mix. Each rank takes its G part of every parameter (from the ranks'
+    DTensor chunks: one all_to_all per unit), the unit gathers the
     parts to the optimizer's scope and writes `master`, so master ends up with
     exactly the saved values on every rank (the next forward refreshes the
     rest). A tied parameter takes its first name's value, else any other
@@ -239,11 +395,7 @@ def load_sharded_state_dict(model: ParoModule, sd: dict[str, Any], strict: bool 
         g0, g1 = u.layout.range("G")
         gbuf = torch.zeros(g1 - g0, dtype=u.dtype, device=u.device)
         source = {name: next((k for k in (name, *tied.get(name, ())) if k in sd), None) for name, _, _ in named}
-        for name, _, sl in named:
-            lo, hi = u.local_range(sl, "G")
-            key = source[name]
-            if key is not None and hi > lo:
-                u.part(gbuf, sl, "G", "G")[:] = _g_part(key, sd[key], sl, lo, hi)
+        _fill_g(u, gbuf, {i: (key, sd[key]) for name, i, _ in named if (key := source[name]) is not None})
         present = [source[name] is not None for name, _, _ in named]
         if not any(present):
             continue  # (the same on every rank: the keys are)
@@ -272,9 +424,9 @@ def load_full_state_dict(model: ParoModule, sd: dict[str, torch.Tensor], strict:
 
 # -- optimizer state --------------------------------------------------------------------
 
-def _param_index(model: ParoModule) -> dict[int, tuple[str, Unit, Slot]]:
-    """id(the optimizer's parameter, a unit's `sharded`) -> (its name, unit, slot)."""
-    return {id(u.sharded[i]): (name, u, sl) for u, named in _units(model) for name, i, sl in named}
+def _param_index(model: ParoModule) -> dict[int, tuple[str, Unit, int]]:
+    """id(the optimizer's parameter, a unit's `sharded`) -> (its name, unit, slot index)."""
+    return {id(u.sharded[i]): (name, u, i) for u, named in _units(model) for name, i, _ in named}
 
 
 def _per_element(v: Any, p: torch.Tensor) -> bool:
@@ -309,70 +461,92 @@ def _init_state(optimizer: torch.optim.Optimizer) -> None:
 
 def optim_state_dict(model: ParoModule, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's state by parameter name, for DCP: {"state": {name:
-    {key: value}}, "param_groups": [{..., "params": [names]}]}. Per-element
-    states are ShardedTensors over the flattened parameter (each rank: its G
-    part), scalar ones plain tensors, so a model under another strategy or
-    world size can load them. An optimizer with no state yet gets one first
-    (_init_state), so that this is the template dcp.load fills."""
+    {key: value}}, "param_groups": [{..., "params": [names]}]}, the form of
+    torch's get_optimizer_state_dict. Per-element states are DTensors as
+    sharded_state_dict gives the parameters (moved from the ranks' G parts:
+    one all_to_all per unit and state), scalar ones plain tensors, so a
+    model under another strategy or world size can load them. An optimizer
+    with no state yet gets one first (_init_state), so that this is the
+    template dcp.load fills. Collective."""
+    return _optim_sd(model, optimizer, fill=True)
+
+
+def _optim_sd(model: ParoModule, optimizer: torch.optim.Optimizer, fill: bool,
+              flat: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """optim_state_dict; fill=False: per-element chunks unwritten (a template
+    for dcp.load, no data moved). flat: the "name.key"s to make over [numel]."""
     _init_state(optimizer)
     index = _param_index(model)
     state: dict[str, dict[str, Any]] = {}
     groups: list[dict[str, Any]] = []
+    held: dict[int, list[tuple[str, int, torch.Tensor]]] = {}  # id(unit) -> its parameters this optimizer holds
     for group in optimizer.param_groups:
         names = []
         for p in group["params"]:
             if id(p) not in index:
                 raise ValueError("optim_state_dict: the optimizer holds a parameter that is not one of the model's "
                                  "(create it over model.parameters() after paro_shard)")
-            name, u, sl = index[id(p)]
+            name, u, i = index[id(p)]
             names.append(name)
-            o = u.strategy.optim
-            lo_o, _ = u.local_range(sl, o)
-            lo, hi = u.local_range(sl, "G")
-            entry: dict[str, Any] = {}
-            for key, v in optimizer.state.get(p, {}).items():
-                if _per_element(v, p):
-                    part = v.detach().reshape(-1)[lo - lo_o:hi - lo_o] if hi > lo else v.detach().reshape(-1)[:0]
-                    entry[key] = _shard(u, sl, part.clone())
-                elif isinstance(v, torch.Tensor):
-                    entry[key] = v.detach().clone()
-                else:
-                    entry[key] = v
-            state[name] = entry
+            held.setdefault(id(u), []).append((name, i, p))
+            state[name] = {key: None if _per_element(v, p) else v.detach().clone() if isinstance(v, torch.Tensor)
+                           else v for key, v in optimizer.state.get(p, {}).items()}  # None: filled below
         groups.append({**{k: v for k, v in group.items() if k not in ("params", "param_names")}, "params": names})
+    for u, _ in _units(model):  # by unit, in the pass's order, which is the same on every rank
+        o, mine = u.strategy.optim, held.get(id(u), [])
+        kinds = sorted({(key, v.dtype) for _, _, p in mine for key, v in optimizer.state.get(p, {}).items()
+                        if _per_element(v, p)}, key=str)
+        for key, dtype in kinds:
+            has = [(name, i, p) for name, i, p in mine if _per_element(optimizer.state.get(p, {}).get(key), p)]
+            forms: dict[int, Form] = {}
+            parts: dict[int, torch.Tensor] = {}
+            for name, i, p in has:
+                sl, v = u.slots[i], optimizer.state[p][key].detach()
+                if not sl.numel:
+                    state[name][key] = v.clone()
+                    continue
+                forms[i] = _form((sl.numel,) if f"{name}.{key}" in flat else sl.shape)
+                (lo_o, _), (lo, hi) = u.local_range(sl, o), u.local_range(sl, "G")
+                if hi > lo:
+                    parts[i] = v.reshape(-1)[lo - lo_o:hi - lo_o]
+            chunks = _to_chunks(u, forms, dtype, parts if fill else None)
+            for name, i, _ in has:
+                if i in chunks:
+                    state[name][key] = chunks[i]
     return {"state": state, "param_groups": groups}
 
 
 def load_optim_state_dict(model: ParoModule, optimizer: torch.optim.Optimizer, sd: dict[str, Any]) -> None:
     """Load what optim_state_dict made (after dcp.load, under any strategy or
     world size) into `optimizer`, which may be fresh (no state yet). Each
-    per-element state's G parts are gathered to the optimizer's scope, unit
-    by unit, into the shape of the sharded parameter; then the optimizer's
-    own load_state_dict takes them by index, with the saved param_groups'
-    hyperparameters (groups must hold the same parameters, in any order).
-    Collective: every rank calls it, with the same keys."""
+    per-element state (a DTensor) moves from the ranks' chunks to their G
+    parts and is gathered to the optimizer's scope, unit by unit, into the
+    shape of the sharded parameter; then the optimizer's own load_state_dict
+    takes them by index, with the saved param_groups' hyperparameters (groups
+    must hold the same parameters, in any order). Collective: every rank
+    calls it, with the same keys."""
     index = _param_index(model)
     saved: dict[str, dict[str, Any]] = sd["state"]
     local: dict[str, dict[str, Any]] = {}
     for u, named in _units(model):
         o = u.strategy.optim
         g0, g1 = u.layout.range("G")
-        kinds = sorted({(key, v.metadata().tensor_properties.dtype) for name, _, _ in named
-                        for key, v in saved.get(name, {}).items() if isinstance(v, ShardedTensor)}, key=str)
-        for key, dtype in kinds:  # one gather per (unit, key): the same list on every rank
+        kinds = sorted({(key, v.dtype) for name, _, _ in named
+                        for key, v in saved.get(name, {}).items() if isinstance(v, DTensor)}, key=str)
+        for key, dtype in kinds:  # one all_to_all and one gather per (unit, key): the same list on every rank
             gbuf = torch.zeros(g1 - g0, dtype=dtype, device=u.device)
-            have = [(name, i, sl) for name, i, sl in named if isinstance(saved.get(name, {}).get(key), ShardedTensor)]
-            for name, _, sl in have:
-                lo, hi = u.local_range(sl, "G")
-                if hi > lo:
-                    u.part(gbuf, sl, "G", "G")[:] = _g_part(f"{name}.{key}", saved[name][key], sl, lo, hi)
+            have = {i: name for name, i, _ in named if isinstance(saved.get(name, {}).get(key), DTensor)}
+            _fill_g(u, gbuf, {i: (f"{name}.{key}", saved[name][key]) for i, name in have.items()})
             out = _gather_to_optim(u, gbuf)
-            for name, i, sl in have:
-                local.setdefault(name, {})[key] = u.part(out, sl, o, o).reshape(u.sharded[i].shape).clone()
-        for name, _, _ in named:
+            for i, name in have.items():
+                local.setdefault(name, {})[key] = u.part(out, u.slots[i], o, o).reshape(u.sharded[i].shape).clone()
+        for name, i, _ in named:
             for key, v in saved.get(name, {}).items():
-                if not isinstance(v, ShardedTensor):
-                    local.setdefault(name, {})[key] = v.clone() if isinstance(v, torch.Tensor) else v
+                if isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
+                    # an empty parameter's per-element state is saved plain: in this strategy's shape
+                    v = v.clone().reshape(u.sharded[i].shape) if v.dim() and not v.numel() else v.clone()
+                if not isinstance(v, DTensor):
+                    local.setdefault(name, {})[key] = v
     state: dict[int, dict[str, Any]] = {}
     groups: list[dict[str, Any]] = []
     if len(sd["param_groups"]) != len(optimizer.param_groups):
@@ -401,7 +575,8 @@ def load_optim_state_dict(model: ParoModule, optimizer: torch.optim.Optimizer, s
 
 def save(model: ParoModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike[str]) -> None:
     """dcp.save of {"model": sharded_state_dict, "optim": optim_state_dict}
-    to the directory `path`: every rank writes its G parts, nothing is gathered.
+    to the directory `path`: every rank writes its Shard(0) chunks, moved
+    there from the ranks' G parts unit by unit; nothing is gathered.
     Collective."""
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -412,16 +587,41 @@ def save(model: ParoModule, optimizer: torch.optim.Optimizer | None, path: str |
 
 
 def load(model: ParoModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike[str]) -> None:
-    """What `save` wrote, into a model wrapped under any strategy, on any
-    number of ranks: dcp.load into this model's own templates (each rank reads
-    the chunks over its G parts), then load_sharded_state_dict and
-    load_optim_state_dict. `optimizer` may be fresh. Collective."""
+    """What `save` wrote (or FSDP2's dcp.save of {"model": ..., "optim": ...}),
+    into a model wrapped under any strategy, on any number of ranks: dcp.load
+    into this model's own templates (each rank reads the saved chunks over its
+    own), then load_sharded_state_dict and load_optim_state_dict. `optimizer`
+    may be fresh. Collective."""
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-    sd: dict[str, Any] = {"model": sharded_state_dict(model)}
+    flat = _saved_flat(model, path)
+    sd: dict[str, Any] = {"model": _model_sd(model, fill=False, flat=flat)}
     if optimizer is not None:
-        sd["optim"] = optim_state_dict(model, optimizer)
+        sd["optim"] = _optim_sd(model, optimizer, fill=False,
+                                flat=frozenset(k[len("optim.state."):] for k in flat if k.startswith("optim.state.")))
     dcp_load(sd, checkpoint_id=path)
     load_sharded_state_dict(model, sd["model"])
     if optimizer is not None:
         load_optim_state_dict(model, optimizer, sd["optim"])
+
+
+def _saved_flat(model: ParoModule, path: str | os.PathLike[str]) -> frozenset[str]:
+    """The model's names (and "optim.state.<name>.<key>"s) that a checkpoint
+    written before DTensors holds over [numel] where the parameter has another
+    shape: their templates take that form. Read from the directory's metadata
+    (every rank reads the same file, so every rank's templates agree)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not os.path.isdir(path):
+        return frozenset()
+    md = FileSystemReader(path).read_metadata().state_dict_metadata
+    shapes = {name: tuple(sl.shape) for _, named in _units(model) for name, _, sl in named}
+    out = set()
+    for key, m in md.items():
+        if not isinstance(m, TensorStorageMetadata) or len(m.size) != 1:
+            continue
+        name = key[len("model."):] if key.startswith("model.") else key[len("optim.state."):].rpartition(".")[0]
+        if name in shapes and len(shapes[name]) != 1 and tuple(m.size) == (math.prod(shapes[name]),):
+            out.add(key[len("model."):] if key.startswith("model.") else key)
+    return frozenset(out)
