@@ -54,7 +54,7 @@ _CALLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 class Logged(NamedTuple):
     """One logical collective of a strategy's schedule, as run."""
 
-    op: str       # all_gather | reduce_scatter | all_reduce | broadcast
+    op: str       # all_gather | reduce_scatter | all_reduce | broadcast | all_to_all (a checkpoint's chunks)
     where: str    # host | rail | world
     when: str     # micro | step | load
     state: str    # params | grads | buffers
