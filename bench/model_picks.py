@@ -21,7 +21,7 @@ from hocc.engine.tuning import TRY_WITHIN
 from hocc.plan.crossover import Crossover, human
 from hocc.plan.planner import predict_all
 from hocc.plan.policy import planner_settings
-from hocc.tools.calibrate import ELEM, per_rank_count, planner_for
+from hocc.plan.calibrate import ELEM, per_rank_count, planner_for
 from hocc.topology.spec import parse_spec
 
 RESULTS = Path(__file__).parent / "results"

@@ -12,7 +12,7 @@ import pytest
 
 from hocc.config import Config
 from hocc.plan import CostParams
-from hocc.tools.calibrate import Fit, Sample, calibrate, load_samples, planner_for, price
+from hocc.plan.calibrate import Fit, Sample, calibrate, load_samples, planner_for, price
 from hocc.tools.cli import main
 from hocc.topology import parse_spec
 

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hocc.api.record import stats
 from hocc.backend.barrier import BarrierLog, BarrierWork, barrier_error
+from hocc.config import get_config
 from hocc.engine.dtypes import DTYPES, op_name, premul_factor
 from hocc.engine.engine import Engine
 from hocc.engine.errors import CollectiveError
@@ -111,8 +113,6 @@ class HoccProcessGroup(dist.ProcessGroup):
         made now if there is none or (refresh) if the engine settings changed
         since it was made (hocc.config: the same rule as the drop-in calls'
         engines): the old one first ends the calls made before."""
-        from hocc.config import get_config
-
         self._check_open()
         cfg = get_config()
         key = device.type
@@ -131,8 +131,6 @@ class HoccProcessGroup(dist.ProcessGroup):
     def stats(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """hocc.stats for this group: per-tier throughput and arrival skew of
         its planned calls (e.g. dist.group.WORLD.stats() under init_process_group("hocc"))."""
-        from hocc.api.record import stats
-
         return stats(self, device)
 
     # -- teardown (dist.destroy_process_group calls shutdown(), _abort_process_group abort()) --------------

@@ -19,7 +19,7 @@ candidate in the same call. `hocc tune` measures every candidate instead
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
 own gloo group), the fastest wins, and the bucket runs it from then on at the
 cost of a lookup. The same agreed times refit the cost model's link
-parameters (hocc.tools.calibrate, CPU only), and the crossover tables of sizes
+parameters (hocc.plan.calibrate, CPU only), and the crossover tables of sizes
 not measured yet are priced with them.
 
 Decisions persist in a tuning file (HOCC_TUNING_FILE, hocc.engine.tuning_file)
@@ -47,6 +47,8 @@ from typing import Any
 import torch
 
 from hocc.engine.tuning_file import TuningFile
+from hocc.plan.calibrate import Fit, Sample, calibrate, price
+from hocc.plan.cost import CostParams
 from hocc.plan.crossover import Crossover, Pick, bucket_of, human, model_pick
 from hocc.plan.planner import PlannerConfig, Prediction, chunk_choices, predict_all
 from hocc.plan.registry import algorithm
@@ -257,11 +259,9 @@ class Tuner:
     def _refit(self) -> dict[str, Any] | None:
         """Fit the CPU cost model to every agreed time so far; the tables of
         sizes not measured yet are priced with it. The GPU model (NCCL's
-        algorithms) is not what hocc.tools.calibrate fits, so GPUs keep it."""
+        algorithms) is not what hocc.plan.calibrate fits, so GPUs keep it."""
         if self.device != "cpu" or len({s[1] for s in self._samples}) < 2:
             return None
-        from hocc.tools.calibrate import Sample, calibrate, price
-
         samples = []
         for op, count, elem, algo, chunks, secs in self._samples:
             cost, k = price(op, algo, count, elem, self.topology, self.base, chunks)
@@ -273,9 +273,6 @@ class Tuner:
         return fitted
 
     def _use_fit(self, fitted: dict[str, Any]) -> None:
-        from hocc.plan.cost import CostParams
-        from hocc.tools.calibrate import Fit
-
         fit = Fit(fitted["efficiency"], fitted["latency"], CostParams.from_dict(fitted["params"]))
         topo = Topology(self.topology.host_infos(), fit.links_for(self.topology.links))
         with self._lock:

@@ -41,6 +41,8 @@ from torch import nn
 from torch.autograd.graph import register_multi_grad_hook
 from torch.utils._pytree import tree_leaves
 
+from hocc.paro.checkpoint import full_state_dict, load_sharded_state_dict
+from hocc.paro.clip import clip_grad_norm_
 from hocc.paro.layout import Groups, build_groups, intra_groups_of
 from hocc.paro.moves import Moves
 from hocc.paro.strategy import Strategy, parse
@@ -262,7 +264,6 @@ class ParoModule:
         """torch.nn.utils.clip_grad_norm_ over the whole model: each rank
         holds a shard of the gradients at the optimizer's scope, so the norm
         is summed over the ranks that hold distinct shards."""
-        from hocc.paro.clip import clip_grad_norm_
         return clip_grad_norm_(self._paro_pass, max_norm, norm_type)
 
     def paro_state_dict(self) -> dict[str, torch.Tensor]:
@@ -270,14 +271,12 @@ class ParoModule:
         persistent buffers, gathered on every rank, by the names of a plain
         model's state_dict() (tied ones under each name): what a plain model's
         load_state_dict, or transformers' save_pretrained(state_dict=...), takes."""
-        from hocc.paro.checkpoint import full_state_dict
         return full_state_dict(self)
 
     def load_paro_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """A plain model's state_dict() (or paro_state_dict's, or DCP's sharded
         one) into this model, as torch's load_state_dict takes it (strict, tied
         names, the missing and unexpected keys returned). Collective."""
-        from hocc.paro.checkpoint import load_sharded_state_dict
         return load_sharded_state_dict(self, state_dict, strict)
 
 

@@ -30,6 +30,8 @@ import time
 import weakref
 from typing import Any
 
+from hocc.config import get_config
+from hocc.executor import load
 from hocc.record.recorder import Recorder
 
 log = logging.getLogger("hocc")
@@ -100,8 +102,6 @@ def unregister(rec: Recorder) -> None:
 
 def dump_all(reason: str, directory: str | None = None) -> list[str]:
     """Dump every live recorder of this process; returns the paths written."""
-    from hocc.config import get_config
-
     where = directory or record_dir(get_config().record_dir)
     paths = []
     for rec in list(_recorders):
@@ -122,8 +122,6 @@ def _install_signal() -> None:
         if current not in (signal.SIG_DFL, None):
             log.debug("hocc: SIGUSR1 has a handler already; recorder dumps on it are off")
             return
-        from hocc.executor import load
-
         r, w = os.pipe()
         load().install_dump_signal(w, int(signal.SIGUSR1))
         threading.Thread(target=_signal_reader, args=(r,), name="hocc-record-signal", daemon=True).start()

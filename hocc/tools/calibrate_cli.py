@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 
 from hocc.bench.sizes import parse_size
-from hocc.tools.calibrate import Fit, Sample, calibrate, calibrated_topology, load_samples
+from hocc.plan.calibrate import Fit, Sample, calibrate, calibrated_topology, load_samples
 from hocc.topology import parse_spec, save_file
 
 

@@ -1,4 +1,4 @@
-"""`hocc calibrate`: fit the cost model to hocc-bench results.
+"""The cost model fitted to hocc-bench results (what `hocc calibrate` and auto's CPU tuning run).
 
 Each measured row (scenario, op, size, algorithm) is priced by the plan that
 ran: native and ring are fixed plans; ho_ring's pipeline depth K is the one the
@@ -53,7 +53,7 @@ class Sample:
     chunks: int = 1
 
 
-def planner_for(device: str, recorded: dict | None = None) -> PlannerConfig:
+def planner_for(device: str, recorded: dict[str, Any] | None = None) -> PlannerConfig:
     """What the engine ran with: the planner settings hocc-bench recorded in
     its JSON meta ("planner"), else the defaults of files from before it did
     (gloo's ring ops on CPU, host stages on the network, no chunk cap)."""
