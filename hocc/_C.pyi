@@ -12,6 +12,10 @@ def reduce_many(dst: int, srcs: list[int], n: int, dtype: str, op: str) -> None:
 def c10d_comm(backend: Any, me: int, n: int, device: str = ...) -> Comm: ...
 def install_dump_signal(fd: int, signum: int) -> None: ...
 
+# the codes C++ knows, in its own order (csrc/core/types.cc): the one table Python reads them from
+COLLECTIVES: tuple[str, ...]
+OPS: tuple[str, ...]
+DTYPES: tuple[str, ...]
 TINY_BYTES: int  # CPU collectives whose members' inputs together fit this run as call-check frames alone
 
 class Plan:
@@ -28,6 +32,9 @@ class Plan:
     def work_elems(self) -> int: ...
     @property
     def num_steps(self) -> int: ...
+    @property
+    def scale(self) -> int: ...
+    def scaled(self, factor: int, block_elems: int, work_at: str, pack: bool) -> Plan: ...
 
 class Comm:
     @property
