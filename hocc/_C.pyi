@@ -12,7 +12,7 @@ def reduce_many(dst: int, srcs: list[int], n: int, dtype: str, op: str) -> None:
 def c10d_comm(backend: Any, me: int, n: int, device: str = ...) -> Comm: ...
 def install_dump_signal(fd: int, signum: int) -> None: ...
 
-# the codes C++ knows, in its own order (csrc/core/types.cc): the one table Python reads them from
+# the codes C++ knows, in its own order (csrc/core/call.cc): the one table Python reads them from
 COLLECTIVES: tuple[str, ...]
 OPS: tuple[str, ...]
 DTYPES: tuple[str, ...]
