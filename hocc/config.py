@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.registry import names
-from hocc.plan.types import OPS
+from hocc.plan.types import COLLECTIVES
 
 
 def algo_choices() -> tuple[str, ...]:
@@ -136,7 +136,7 @@ class Config:
             cfg = replace(cfg, check=named[val])
         if env.get("HOCC_RING_OPS"):
             ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
-            bad = [o for o in ops if o not in OPS]
+            bad = [o for o in ops if o not in COLLECTIVES]
             if bad:
                 raise ValueError(f"HOCC_RING_OPS has unknown ops {bad}; use reduce_scatter, all_gather, "
                                  "all_reduce or none")

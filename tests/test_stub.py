@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 from hocc.executor import load
+from hocc.plan.types import COLLECTIVES
 
 STUB = Path(__file__).resolve().parent.parent / "hocc" / "_C.pyi"
 
@@ -39,3 +40,8 @@ def test_stub_lists_what_the_extension_has() -> None:
         own = {k for k in vars(getattr(c, cls)) if not k.startswith("_")}
         assert members == own, f"{cls}: _C has, the stub lacks: {sorted(own - members)}; the stub has, _C lacks: " \
                                f"{sorted(members - own)}"
+
+
+def test_collectives_in_one_order() -> None:
+    """Python's collective names are C++'s, in C++'s order (a CallId carries the index)."""
+    assert tuple(load().COLLECTIVES) == COLLECTIVES

@@ -4,12 +4,19 @@
 #include <cstring>
 #include <iterator>
 
+#include "core/plan.h"
 #include "core/types.h"
 
 namespace hocc {
 namespace {
 
-const char* const kCollectives[] = {"all_reduce", "all_gather", "reduce_scatter"};
+// indexed by Op (core/plan.h): a CallId's collective code is the Op's value
+constexpr const char* kCollectives[] = {"all_reduce", "all_gather", "reduce_scatter"};
+constexpr bool same(const char* a, const char* b) { return *a == *b && (*a == 0 || same(a + 1, b + 1)); }
+static_assert(same(kCollectives[int(Op::all_reduce)], "all_reduce") &&
+              same(kCollectives[int(Op::all_gather)], "all_gather") &&
+              same(kCollectives[int(Op::reduce_scatter)], "reduce_scatter"));
+constexpr int64_t kAllGather = int64_t(Op::all_gather);  // the one collective with no reduction op to agree on
 const char* const kOps[] = {"sum", "avg", "product", "min", "max"};
 
 template <size_t N>
@@ -53,7 +60,7 @@ CallId make_call_id(uint64_t seq, uint64_t plan, int64_t count, const std::strin
 
 std::string describe(const CallId& c) {
   std::string s = name(kCollectives, c.collective) + " of " + std::to_string(c.count) + " " + dtype_str(c.dtype);
-  if (c.collective != 1) s += " (" + name(kOps, c.op) + ", ";
+  if (c.collective != kAllGather) s += " (" + name(kOps, c.op) + ", ";
   else s += " (";
   return s + algo_name(c.algo) + ", call " + std::to_string(c.seq) + ")";
 }
@@ -69,7 +76,7 @@ std::string differences(const CallId& a, const CallId& b) {
   add("collective", name(kCollectives, a.collective), name(kCollectives, b.collective));
   add("count", std::to_string(a.count), std::to_string(b.count));
   add("dtype", dtype_str(a.dtype), dtype_str(b.dtype));
-  if (a.collective != 1 || b.collective != 1) add("reduction op", name(kOps, a.op), name(kOps, b.op));
+  if (a.collective != kAllGather || b.collective != kAllGather) add("reduction op", name(kOps, a.op), name(kOps, b.op));
   add("algo", algo_name(a.algo), algo_name(b.algo));
   if (d.empty() && a.plan != b.plan)
     d = "the plan (same call, but planned differently: do the ranks' HOCC_* settings differ?)";

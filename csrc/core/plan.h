@@ -12,7 +12,9 @@
 
 namespace hocc {
 
-enum class Op : int { reduce_scatter, all_gather, all_reduce };
+// the collectives, in the one order everything uses: kCollectives (core/call.cc, exported as
+// hocc._C.COLLECTIVES) and hocc.plan.types.COLLECTIVES, which the suite checks against it
+enum class Op : int { all_reduce, all_gather, reduce_scatter };
 enum class Impl : int { native, ring, shm };
 // Where a step reads and writes: the work buffer, or the caller's tensors.
 enum class Buf : int { work, input, output };

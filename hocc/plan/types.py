@@ -60,9 +60,10 @@ from typing import Any, Literal
 
 from hocc.plan.rounds import in_listed_order
 
-Collective = Literal["all_reduce", "reduce_scatter", "all_gather"]
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather")
-OPS: tuple[str, ...] = ("reduce_scatter", "all_gather", "all_reduce")
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter"]
+# the collectives (a plan's, and each step's op), in the order of the C++ side's Op (csrc/core/plan.h), which
+# hocc._C.COLLECTIVES exports; tests/test_stub.py checks the two agree
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 BUFFERS: tuple[str, ...] = ("work", "input", "output")
 WORK_AT: tuple[str, ...] = ("scratch", "output", "none")
