@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hocc.engine.tuning import TRY_WITHIN
+from hocc.plan.calibrate import ELEM, per_rank_count, planner_for
 from hocc.plan.crossover import Crossover, human
 from hocc.plan.planner import predict_all
 from hocc.plan.policy import planner_settings
-from hocc.plan.calibrate import ELEM, per_rank_count, planner_for
 from hocc.topology.spec import parse_spec
 
 RESULTS = Path(__file__).parent / "results"

@@ -18,9 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from hocc.plan.calibrate import calibrate, load_samples
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
-from hocc.plan.calibrate import calibrate, load_samples
 from hocc.topology import parse_links, uniform
 
 OUT = Path(__file__).parent / "results"
