@@ -21,7 +21,7 @@ from hocc.plan.ho_ring.all_reduce import overlay
 from hocc.plan.planner import choose, predict_all
 from hocc.plan.policy import planner_settings
 from hocc.plan.simulate import nic_traffic
-from hocc.plan.types import PAD_BLOCK, GroupSlice, Step, one_group_per_rank
+from hocc.plan.types import PAD_BLOCK, GroupSlice, Step
 from hocc.topology import HostInfo, Topology, parse_spec
 
 CPU = PlannerConfig(min_chunk_bytes=8, ring_ops=("reduce_scatter", "all_gather"), host_impl="shm")
@@ -60,7 +60,6 @@ def test_random_unequal_hierarchies(seed: int) -> None:
     plan = build_ho_ring("all_reduce", topo, count, rng.choice([1, 2, 3]), CPU.ring_ops, rng.choice(["", "shm"]))
     assert plan is not None, topo.shape()
     simulate(plan, seed)
-    simulate(one_group_per_rank(plan), seed + 1)
     simulate(Plan.from_json(plan.to_json()), seed + 2)
     for coll in ("reduce_scatter", "all_gather", "all_reduce"):
         for algo in ("auto", "ho_ring"):
@@ -115,7 +114,6 @@ def test_three_levels_with_unequal_switches() -> None:
     assert plan is not None
     assert [s.tier for s in plan.steps if s.chunk == 0] == ["host", "nic", "trunk", "nic", "host"]
     simulate(plan)
-    simulate(one_group_per_rank(plan))
     _, trunk = nic_traffic(plan, *host_maps(topo))
     for sent in trunk.values():
         assert sent == pytest.approx(plan.layout.size, rel=1e-3)  # 2(M-1)/M * S with M = 2 switches
@@ -147,21 +145,6 @@ def test_simulator_rules_for_several_groups() -> None:
         steps[i if bad.collective == "all_reduce" else 0] = bad
         with pytest.raises(PlanError):
             simulate(dataclasses.replace(plan, steps=steps))
-
-
-def test_one_group_per_rank_keeps_each_ranks_order() -> None:
-    plan = build_ho_ring("all_reduce", parse_spec("4+4+3"), 1200, 3)
-    assert plan is not None
-    flat = one_group_per_rank(plan)
-    assert flat.stages > plan.stages
-    for s in flat.steps:
-        members = [r for g in s.groups for r in g.ranks]
-        assert len(members) == len(set(members))
-    for k in range(plan.chunks):
-        for r in range(plan.world):
-            before = [g for s in plan.steps if s.chunk == k for g in s.groups_of(r)]
-            after = [g for s in sorted(flat.steps, key=lambda s: s.stage) if s.chunk == k for g in s.groups_of(r)]
-            assert before == after
 
 
 def test_planner_uses_it() -> None:
@@ -217,7 +200,6 @@ def test_random_unequal_reduce_scatter_and_all_gather(seed: int) -> None:
         elif len(topo.switch_groups()) == 1:  # equal hosts on one switch: the grid, nothing padded
             assert PAD_BLOCK not in plan.layout.order, plan.describe()
         simulate(plan, seed)
-        simulate(one_group_per_rank(plan), seed + 1)
         simulate(Plan.from_json(plan.to_json()), seed + 2)
         rails = [s for s in plan.steps if s.tier != "host"]
         if plan.meta["fans"][2] == 1:  # one switch, or rails over every host: every rail spans every host
@@ -266,7 +248,6 @@ def test_padded_switch_stage_on_three_levels(sizes: list[list[int]], trunk_block
         plan = build_ho_ring(coll, topo, 100, 2, CPU.ring_ops, "shm")
         assert plan is not None and "nic" in plan.meta["tiers"] and "trunk" in plan.meta["tiers"], plan.describe()
         simulate(plan)
-        simulate(one_group_per_rank(plan))
         _, trunk = nic_traffic(plan, *host_maps(topo))
         assert set(trunk.values()) == {trunk_blocks * 100}, trunk
         flat = max(n for s in sizes for n in s) * (len(topo.host_groups()) - 1)

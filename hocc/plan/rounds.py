@@ -4,11 +4,8 @@ after another, in the order listed (hocc.plan.types), so listing the groups
 round by round lets each round's rings run at once while every rank meets its
 groups in the same order as its peers (no deadlock).
 
-Two colourings, for the two callers:
-  by_offset         HO-Ring's builders: the fewest rounds for groups that are
-                    intervals of a chunk (the lowest free round, in offset order)
-  in_listed_order   types.one_group_per_rank: each group after the earlier-listed
-                    groups it shares a rank with, so the listed order survives
+HO-Ring's builders colour with `by_offset`: the fewest rounds for groups that
+are intervals of a chunk (the lowest free round, in offset order).
 """
 
 from __future__ import annotations
@@ -36,15 +33,3 @@ def by_offset(groups: Sequence[G]) -> list[G]:
             busy.setdefault(r, set()).add(c)
     return [g for _, g in sorted(zip(rounds, ordered, strict=True), key=lambda x: x[0])]
 
-
-def in_listed_order(members: Sequence[Sequence[int]]) -> list[int]:
-    """Per group, its round: one after the latest round of an earlier-listed
-    group that shares a rank with it."""
-    last: dict[int, int] = {}
-    out = []
-    for ranks in members:
-        at = max((last[r] + 1 for r in ranks if r in last), default=0)
-        out.append(at)
-        for r in ranks:
-            last[r] = at
-    return out

@@ -16,8 +16,7 @@ a rank on several rails); their regions are disjoint on that rank. Executors
 run a rank's groups of one step in the order listed, which is the same on
 every rank (so two ranks that share two groups meet them in one order: no
 deadlock), and the next stage of that chunk waits for all of them. 'shm'
-groups stay one per rank per step (one host group). `one_group_per_rank`
-rewrites such a plan for executors that run one group per rank per step.
+groups stay one per rank per step (one host group).
 
 impl 'native' runs the backend's collective on a sub-group (members must be in
 rank order, as the backend assigns segments that way); 'ring' runs a ring of
@@ -55,10 +54,8 @@ unequal hosts, hocc.plan.ho_ring.rails).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
-
-from hocc.plan.rounds import in_listed_order
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter"]
 # the collectives (a plan's, and each step's op), in the order of the C++ side's Op (csrc/core/plan.h), which
@@ -185,25 +182,3 @@ class Plan:
                          f"{groups}{bufs}")
         return "\n".join(lines)
 
-
-def one_group_per_rank(plan: Plan) -> Plan:
-    """The same computation with at most one group per rank per step: a step
-    whose groups share a rank becomes consecutive stages, each group placed
-    after the earlier-listed groups it shares a member with (so every rank
-    runs its groups in the listed order). Stages renumber; nothing else
-    changes. For executors that run one group per rank per step."""
-    splits: dict[tuple[int, int], list[list[GroupSlice]]] = {}
-    for s in plan.steps:
-        layers: list[list[GroupSlice]] = []
-        for g, at in zip(s.groups, in_listed_order([g.ranks for g in s.groups]), strict=True):
-            while len(layers) <= at:
-                layers.append([])
-            layers[at].append(g)
-        splits[(s.stage, s.chunk)] = layers or [[]]
-    width = [max((len(v) for (st, _), v in splits.items() if st == stage), default=1) for stage in range(plan.stages)]
-    if all(w == 1 for w in width):
-        return plan
-    first = [sum(width[:i]) for i in range(plan.stages)]
-    steps = tuple(replace(s, stage=first[s.stage] + j, groups=tuple(layer))
-                  for s in plan.steps for j, layer in enumerate(splits[(s.stage, s.chunk)]) if layer)
-    return replace(plan, steps=steps, stages=sum(width), meta=dict(plan.meta))
