@@ -2,4 +2,33 @@
 
 None of hocc's: the suite runs the defaults users get, auto's measured
 selection included (HOCC_TUNE=1). A test that needs a fixed plan pins it
-itself and says why."""
+itself and says why. Tests marked root skip with one reason when the run is
+not root, and the run says so beside its counts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ROOT_REASON = "needs root (network namespaces and tc for the emulated cluster): run as root, as CI does"
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked root skip here, with one reason, when the run is not root."""
+    if _is_root():
+        return
+    for item in items:
+        if item.get_closest_marker("root") is not None:
+            item.add_marker(pytest.mark.skip(reason=ROOT_REASON))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A run that left out root tests says so, next to the counts."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if ROOT_REASON in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(f"hocc: {len(skipped)} root test(s) did not run: {ROOT_REASON}", yellow=True)

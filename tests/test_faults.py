@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,8 +52,6 @@ def _bench_lock() -> Iterator[None]:
 
 
 @pytest.mark.root
-@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0),
-                    reason="cutting an emulated host's link needs root (network namespaces)")
 def test_link_cut_on_the_emulated_cluster() -> None:
     with _bench_lock():
         # two of the four cells (bench/faults.py runs all): a cut during the host stage with shm,

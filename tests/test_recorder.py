@@ -160,13 +160,8 @@ def test_sigusr1_dumps_a_rank_blocked_in_a_call(tmp_path: Path) -> None:
 
 
 # -- a slow NIC on the emulated cluster --------------------------------------------------------------------------
-def _is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
 @pytest.mark.slow
 @pytest.mark.root
-@pytest.mark.skipif(not _is_root(), reason="the emulated cluster needs root (network namespaces, tc)")
 def test_slow_nic_is_named(tmp_path: Path) -> None:
     """4 hosts x 2 ranks at 200 Mbit/s, host 2's NIC at 50 Mbit/s: the report names host2's link and the rail
     stage, from the dumps alone."""
