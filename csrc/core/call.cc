@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <cstdio>
+#include <map>
 
 #include "core/plan.h"
 #include "core/types.h"
@@ -81,6 +83,42 @@ std::string differences(const CallId& a, const CallId& b) {
   if (d.empty() && a.plan != b.plan)
     d = "the plan (same call, but planned differently: do the ranks' HOCC_* settings differ?)";
   return d;
+}
+
+std::string group_differences(const std::vector<CallId>& rows) {
+  std::string out;
+  auto field = [&](const char* what, auto value) {
+    std::map<std::string, std::vector<size_t>> by;  // value -> ranks, listed by their first rank below
+    for (size_t r = 0; r < rows.size(); ++r) by[value(rows[r])].push_back(r);
+    if (by.size() < 2) return;
+    std::vector<std::pair<std::vector<size_t>, std::string>> groups;
+    for (auto& [v, ranks] : by) groups.emplace_back(ranks, v);
+    std::sort(groups.begin(), groups.end());
+    std::string part;
+    for (const auto& [ranks, v] : groups) {
+      std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+      for (size_t i = 0; i < ranks.size(); ++i) who += (i ? "," : "") + std::to_string(ranks[i]);
+      part += (part.empty() ? "" : "; ") + who + ": " + v;
+    }
+    out += (out.empty() ? "" : "; ") + std::string(what) + " (" + part + ")";
+  };
+  field("header", [](const CallId& c) { return std::string(c.magic == CallId::kMagic ? "hocc" : "not hocc's"); });
+  field("call number", [](const CallId& c) { return std::to_string(c.seq); });
+  field("collective", [](const CallId& c) { return name(kCollectives, c.collective); });
+  field("count", [](const CallId& c) { return std::to_string(c.count); });
+  field("dtype", [](const CallId& c) { return dtype_str(c.dtype); });
+  bool reduces = std::any_of(rows.begin(), rows.end(), [](const CallId& c) { return c.collective != kAllGather; });
+  if (reduces)  // all_gather has no reduction op to agree on
+    field("reduction op", [](const CallId& c) { return c.collective == kAllGather ? "-" : name(kOps, c.op); });
+  field("algo", [](const CallId& c) { return algo_name(c.algo); });
+  if (out.empty()) {  // a different plan follows from any difference above; alone, it is the settings
+    field("plan", [](const CallId& c) {
+      char hex[19];
+      std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(c.plan));
+      return std::string(hex);
+    });
+  }
+  return out;
 }
 
 }  // namespace hocc

@@ -34,5 +34,8 @@ std::vector<std::string> op_names();
 std::string describe(const CallId& c);
 // "" when the two agree, else what differs: "count 1017 vs 1000, ..."
 std::string differences(const CallId& mine, const CallId& theirs);
+// every rank's CallId (by group rank): "" when all agree, else per field that differs which ranks have
+// which value: "count (ranks 0,1,2: 1000; rank 3: 1017)" (HOCC_CHECK=all's comparison over the group)
+std::string group_differences(const std::vector<CallId>& rows);
 
 }  // namespace hocc

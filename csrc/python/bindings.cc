@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -238,6 +239,22 @@ PYBIND11_MODULE(_C, m) {
   m.attr("COLLECTIVES") = py::tuple(py::cast(collective_names()));
   m.attr("OPS") = py::tuple(py::cast(op_names()));
   m.attr("DTYPES") = py::tuple(py::cast(dtype_names()));
+  // the call check's one definition (core/call.h), for HOCC_CHECK=all's comparison over the group
+  m.def("call_id", [](const CallTuple& call, const std::string& dtype, const std::string& op) {
+    const CallId id = *call_id(call, dtype, op);
+    return py::bytes(reinterpret_cast<const char*>(&id), sizeof id);
+  }, py::arg("call"), py::arg("dtype"), py::arg("op"), "a call's 64-byte CallId, as the communicators trade it");
+  auto ids = [](const py::bytes& b) {
+    const std::string s = b;
+    if (s.size() % sizeof(CallId)) throw Error("hocc: CallIds come in 64-byte rows");
+    std::vector<CallId> rows(s.size() / sizeof(CallId));
+    std::memcpy(rows.data(), s.data(), s.size());
+    return rows;
+  };
+  m.def("describe_call", [ids](const py::bytes& id) { return describe(ids(id).at(0)); }, py::arg("id"),
+        "'all_reduce of 1000 float32 (sum, ho_ring, call 5)'");
+  m.def("call_group_differences", [ids](const py::bytes& rows) { return group_differences(ids(rows)); },
+        py::arg("rows"), "every rank's CallId, concatenated by rank: '' or what differs, naming the ranks");
 
   py::class_<GroupTransport>(m, "GroupTransport", "one rank of a multi-process group (transport/group.h)")
       .def(py::init([](int rank, int size, const std::string& device) {

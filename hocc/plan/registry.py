@@ -15,9 +15,9 @@ An algorithm is a name, a builder, a predictor and its constraints:
       measured selection tries several.
 
 A new algorithm is one module and one `register` call (hocc.plan.algorithms
-registers the built-in native, ring and ho_ring). Names are agreed across
-ranks by their index here, so every rank must register the same algorithms
-in the same order.
+registers the built-in native, ring and ho_ring). The ranks' call check
+compares an algorithm's name by its first 8 characters, which register()
+keeps unique.
 """
 
 from __future__ import annotations
@@ -104,9 +104,16 @@ class Algorithm:
 _REGISTRY: dict[str, Algorithm] = {}
 
 
+CALL_NAME_CHARS = 8  # what of an algorithm's name a CallId carries (csrc/core/call.h)
+
+
 def register(algo: Algorithm) -> Algorithm:
     if algo.name in _REGISTRY or algo.name == "auto":
         raise ValueError(f"algorithm {algo.name!r} is registered already (or reserved)")
+    same = [n for n in (*_REGISTRY, "auto") if n[:CALL_NAME_CHARS] == algo.name[:CALL_NAME_CHARS]]
+    if same:  # the call check (csrc/core/call.h) carries the first 8 characters: they must tell algorithms apart
+        raise ValueError(f"algorithm {algo.name!r} shares its first {CALL_NAME_CHARS} characters with {same[0]!r}; "
+                         "the ranks' call check could not tell them apart")
     if algo.fallback is not None and algo.fallback not in _REGISTRY:
         raise ValueError(f"{algo.name}'s fallback {algo.fallback!r} must be registered first")
     _REGISTRY[algo.name] = algo
@@ -121,5 +128,5 @@ def algorithm(name: str) -> Algorithm:
 
 
 def names() -> tuple[str, ...]:
-    """Registered algorithms, in registration order (the call check's codes)."""
+    """Registered algorithms, in registration order."""
     return tuple(_REGISTRY)
