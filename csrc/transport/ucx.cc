@@ -161,6 +161,7 @@ struct UcxComm::Impl {
   std::atomic<bool> abort_flag{false};
   uint64_t agreed = ~uint64_t(0), cur_seq = ~uint64_t(0), step = 0, progressed = 0, slept = 0;
   CallId mine, theirs;
+  Scratch landing;  // where a piece to reduce is received
   Pending check_send, check_recv, data_send, data_recv;
 
   Impl(UcxComm& c, double timeout_s) : c(c), timeout_s(timeout_s) {
@@ -382,8 +383,9 @@ struct UcxComm::Impl {
              "and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)", true);
       agreed = mine.seq;
     }
-    // a reduction receives beside, then reduces into place
-    char* into = op != RedOp::none && recv_n ? c.scratch.at_least(recv_n * es, *lane.dev) : recv;
+    // a reduction receives beside, then reduces into place (not in Comm::scratch: the rings' reduce_scatter_out
+    // holds its region there)
+    char* into = op != RedOp::none && recv_n ? landing.at_least(recv_n * es, *lane.dev) : recv;
     if (recv_n) {
       post_recv(data_recv, into, recv_n * es, tag(kData, prev(), which), ~uint64_t(0));
       wait(data_recv, from);

@@ -20,7 +20,6 @@ import torch.distributed as dist
 from hocc.executor import load
 
 log = logging.getLogger("hocc")
-NET_TRANSPORTS: tuple[str, ...] = ("auto", "ucx", "gloo")
 _NONE = b"none:"  # an entry's prefix when its member has no UCX (the reason follows)
 _said: set[str] = set()
 
