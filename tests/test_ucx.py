@@ -14,12 +14,13 @@ import torch.distributed as dist
 
 import hocc
 from hocc.engine.errors import CallMismatchError, CollectiveError
-from hocc.engine.ucx import ucx_unavailable
+from hocc.executor import load
 from tests.cases import assert_match, check_all
 from tests.worlds import hocc_env, run_world
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bool(ucx_unavailable()), reason=f"no UCX here: {ucx_unavailable()}")]
+# built with UCX (asked without starting a ucp context: ranks import this module, and one of them must
+# still be able to start its own under another UCX_TLS)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not load().ucx_version(), reason="hocc._C was built without UCX")]
 
 UCX = {"HOCC_NET_TRANSPORT": "ucx"}
 
@@ -119,3 +120,28 @@ def test_faults_over_ucx(cell: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert r["passed"], faults.table([r], 4.0) + f"\n{r['ranks']}\n{r['stderr']}"
     for rank in r["survivors"]:
         assert "ucx" in r["ranks"][rank]["transports"], r["ranks"][rank]
+
+
+def _one_rank_without_ucx(rank: int, world: int) -> None:
+    import os
+
+    if rank == 1:  # a transport UCX does not have: this rank's ucp context cannot start
+        os.environ["UCX_TLS"] = "bogus"
+    x = torch.arange(1031, dtype=torch.float32) * (rank + 1)
+    want = x.clone()
+    dist.all_reduce(want)
+    for algo in ("native", "ho_ring"):  # auto: each communicator with rank 1 in it keeps gloo, the rest UCX
+        y = x.clone()
+        hocc.all_reduce(y, algo=algo)
+        assert_match(y, want, f"all_reduce {algo} under auto with rank 1 lacking UCX")
+        used = hocc.last_plan().meta["transports"]
+        for group, kind in used.items():
+            members = [int(m) for m in group.split("[")[1].rstrip("]").split(",")]
+            assert kind == ("shm" if " shm " in group else "gloo" if 1 in members else "ucx"), used
+    hocc.configure(net_transport="ucx")  # forced: every rank refuses, naming the member without it
+    with pytest.raises(RuntimeError, match="UCX is not available on member 1"):
+        hocc.all_reduce(x.clone(), algo="native")
+
+
+def test_auto_falls_back_to_gloo_when_a_member_lacks_ucx() -> None:
+    run_world(4, _one_rank_without_ucx, env=hocc_env("2x2", "shm"), timeout_s=300)
