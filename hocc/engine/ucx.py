@@ -41,7 +41,9 @@ def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
         except Exception as e:  # a worker that cannot start: the group decides below
             why = str(e)
     store.set(f"{key}/{me}", comm.address if comm is not None else _NONE + why.encode())
-    entries = {m: store.get(f"{key}/{m}") for m in range(n)}
+    keys = [f"{key}/{m}" for m in range(n)]
+    store.wait(keys, timeout)  # the group's timeout, not the store's (a member in another call never comes)
+    entries = {m: store.get(k) for m, k in enumerate(keys)}
     missing = {m: e[len(_NONE):].decode() for m, e in entries.items() if e.startswith(_NONE)}
     if missing:
         m, reason = next(iter(missing.items()))
