@@ -32,6 +32,7 @@ UcxComm::~UcxComm() = default;
 std::string UcxComm::address() const { return ""; }
 void UcxComm::connect(const std::string&, const std::string&) {}
 void UcxComm::exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) {}
+void UcxComm::all_reduce(const char*, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::abort(const std::string&) {}
 bool UcxComm::broken() const { return true; }
 uint64_t UcxComm::progress_calls() const { return 0; }
@@ -161,7 +162,8 @@ struct UcxComm::Impl {
   std::atomic<bool> abort_flag{false};
   uint64_t agreed = ~uint64_t(0), cur_seq = ~uint64_t(0), step = 0, progressed = 0, slept = 0;
   CallId mine, theirs;
-  Scratch landing;  // where a piece to reduce is received
+  Scratch landing;   // where a piece to reduce is received
+  Scratch gathered;  // a tiny all_reduce's inputs, every member's
   Pending check_send, check_recv, data_send, data_recv;
 
   Impl(UcxComm& c, double timeout_s) : c(c), timeout_s(timeout_s) {
@@ -441,6 +443,15 @@ void UcxComm::connect(const std::string& prev_address, const std::string& next_a
 void UcxComm::exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                        const Lane& lane) {
   impl_->exchange(send, send_n, recv, recv_n, t, op, lane);
+}
+
+void UcxComm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
+  const size_t bytes = count * dtype_size(t);
+  if (n == 1 || size_t(n) * bytes > kTinyGather) return ring_all_reduce(*this, src, dst, count, t, op, lane);
+  char* all = impl_->gathered.at_least(size_t(n) * bytes, *lane.dev);
+  ring_all_gather(*this, src, all, count, t, lane);
+  copy_in(all, dst, count, t, lane);
+  for (int q = 1; q < n; ++q) lane.dev->reduce(dst, all + size_t(q) * bytes, count, t, op, lane.stream);
 }
 
 void UcxComm::abort(const std::string& why) { impl_->abort(why); }

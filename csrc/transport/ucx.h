@@ -45,6 +45,10 @@ class UcxComm final : public Comm {
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane& lane) override;
+  // a tiny all_reduce (n x its bytes <= kTinyGather) gathers every member's input around the ring and
+  // reduces in member order (alike on every member): n-1 steps instead of the ring's 2(n-1)
+  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
+  static constexpr size_t kTinyGather = 16 << 10;
   // wakes a wait on this comm (its own thread then closes the endpoints, which
   // fails the neighbours' waits too); later ops fail at once. Thread-safe.
   void abort(const std::string& why) override;
