@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 import hocc
 from hocc.engine.errors import CallMismatchError, CollectiveError
+from hocc.engine.registry import find_engine
 from hocc.executor import load
 from tests.cases import assert_match, check_all
 from tests.worlds import hocc_env, run_world
@@ -41,6 +42,10 @@ def _results(rank: int, world: int) -> None:
     assert _carriers() == {"shm", "ucx"}, hocc.last_plan().meta
     hocc.all_reduce(torch.ones(8), algo="native")
     assert _carriers() == {"ucx"}, hocc.last_plan().meta
+    engine = find_engine(dist.group.WORLD, torch.device("cpu"))
+    assert engine is not None
+    steps = engine.recorder.snapshot()[-1]["steps"]  # the flight recorder names it per step too
+    assert steps and {s["transport"] for s in steps} == {"ucx"}, steps
     # nothing to send, and a size above UCX's eager limit (its rendezvous protocol)
     for n in (0, 100_003):
         x = torch.arange(n, dtype=torch.float32) * (rank + 1)

@@ -38,9 +38,10 @@ def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
     if not why:
         try:
             comm = load().UcxComm(me, n, timeout.total_seconds())
-        except Exception as e:  # a worker that cannot start: the group decides below
+        except Exception as e:  # noqa: BLE001 - a worker that cannot start: the group decides below
             why = str(e)
-    store.set(f"{key}/{me}", comm.address if comm is not None else _NONE + why.encode())
+    entry: bytes = comm.address if comm is not None else _NONE + why.encode()
+    store.set(f"{key}/{me}", entry)  # type: ignore[arg-type]  # c10d takes bytes too; its stub says str
     keys = [f"{key}/{m}" for m in range(n)]
     store.wait(keys, timeout)  # the group's timeout, not the store's (a member in another call never comes)
     entries = {m: store.get(k) for m, k in enumerate(keys)}
