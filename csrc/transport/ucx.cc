@@ -33,6 +33,7 @@ std::string UcxComm::address() const { return ""; }
 void UcxComm::connect(const std::string&, const std::string&) {}
 void UcxComm::exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::all_reduce(const char*, char*, size_t, DType, RedOp, const Lane&) {}
+void UcxComm::reduce_scatter_out(const char*, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::abort(const std::string&) {}
 bool UcxComm::broken() const { return true; }
 uint64_t UcxComm::progress_calls() const { return 0; }
@@ -452,6 +453,10 @@ void UcxComm::all_reduce(const char* src, char* dst, size_t count, DType t, RedO
   ring_all_gather(*this, src, all, count, t, lane);
   copy_in(all, dst, count, t, lane);
   for (int q = 1; q < n; ++q) lane.dev->reduce(dst, all + size_t(q) * bytes, count, t, op, lane.stream);
+}
+
+void UcxComm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
+  ring_reduce_scatter_out(*this, src, out, seg, t, op, lane);
 }
 
 void UcxComm::abort(const std::string& why) { impl_->abort(why); }

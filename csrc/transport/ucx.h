@@ -49,6 +49,8 @@ class UcxComm final : public Comm {
   // reduces in member order (alike on every member): n-1 steps instead of the ring's 2(n-1)
   void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
   static constexpr size_t kTinyGather = 16 << 10;
+  // the ring reading src in place (ring_reduce_scatter_out): 2 segments of scratch, not n
+  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override;
   // wakes a wait on this comm (its own thread then closes the endpoints, which
   // fails the neighbours' waits too); later ops fail at once. Thread-safe.
   void abort(const std::string& why) override;
