@@ -12,7 +12,7 @@ to the C++ executor's GroupTransport (csrc/transport/group.h):
 - on CPU, 'native' and 'ring' steps go over UCX instead (hocc/engine/ucx.py,
   csrc/transport/ucx.h) when net_transport allows and every member of the
   communicator has it; its native collectives are rings over its exchange.
-  `kind_of` says which carried a communicator ('shm', 'ucx', 'gloo', 'nccl').
+  `kinds` says which carried a communicator ('shm', 'ucx', 'gloo', 'nccl').
 
 Setting up is collective over each group's members, so every rank walks the
 same sorted list of (stage, members, impl): ranks that share two groups never
@@ -34,6 +34,15 @@ from hocc.executor import load
 from hocc.plan.types import Plan
 
 
+class Kinds(dict[tuple[int, tuple[int, ...], str], str]):
+    """What carried each communicator this rank set up, by (stage, members, impl); called as
+    kinds(stage, members, impl) -> 'shm', 'ucx', 'gloo', 'nccl' ('' if none). A dict of its own, so
+    the flight recorder can keep it without keeping the communicators' groups alive."""
+
+    def __call__(self, stage: int, members: tuple[int, ...] | list[int], impl: str) -> str:
+        return self.get((stage, tuple(members), impl), "")
+
+
 class Communicators:
     def __init__(self, info: GroupInfo, prefix: str, transport: Any, device: torch.device, shm_piece_bytes: int,
                  shm_wait: str, net_transport: str = "auto") -> None:
@@ -42,11 +51,7 @@ class Communicators:
         self.net_transport = net_transport if device.type == "cpu" else "gloo"  # NCCL on GPUs, always
         self.rank = info.rank
         self._pgs: dict[tuple[int, tuple[int, ...]], Any] = {}
-        self._kinds: dict[tuple[int, tuple[int, ...], str], str] = {}
-
-    def kind_of(self, stage: int, members: tuple[int, ...] | list[int], impl: str) -> str:
-        """What carries a communicator this rank set up: 'shm', 'ucx', 'gloo' or 'nccl' ('' if none)."""
-        return self._kinds.get((stage, tuple(members), impl), "")
+        self.kinds = Kinds()
 
     def prepare(self, plan: Plan) -> None:
         """Set up every communicator of `plan` this rank takes part in and does not have yet."""
@@ -81,7 +86,7 @@ class Communicators:
                     "member sets it up at its first call that needs it: a member that is gone, stopped, or in "
                     "another call, such as the same call with another algo or size, never arrives)") from e
             self.transport.add(stage, list(members), impl, comm)
-            self._kinds[(stage, members, impl)] = kind
+            self.kinds[(stage, members, impl)] = kind
 
     def _whole_group(self, stage: int, members: tuple[int, ...], impl: str) -> bool:
         """The whole group's own collective, run on its own backend. Ring steps never use it, so their

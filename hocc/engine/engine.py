@@ -91,7 +91,7 @@ class Engine:
                                                          cfg.shm_wait, cfg.net_transport)
         self.executor.set_trace(cfg.trace)
         self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
-                                 self.executor, self.comms.kind_of)
+                                 self.executor, self.comms.kinds)
         record_dump.register(self.recorder)
         self._peer_failure: str | None = None
         self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed, self._queue.busy_for)
@@ -188,7 +188,7 @@ class Engine:
 
     def _kind_of(self, stage: int, ranks: tuple[int, ...] | list[int], impl: str) -> str:
         """What carries this rank's communicator of a step's group ('shm', 'ucx', 'gloo', 'nccl'; '' if none)."""
-        return self.comms.kind_of(stage, ranks, impl) if self.comms is not None else ""
+        return self.comms.kinds(stage, ranks, impl) if self.comms is not None else ""
 
     # -- running ----------------------------------------------------------------
     def run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str = "sum",
