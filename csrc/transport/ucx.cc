@@ -218,20 +218,26 @@ struct UcxComm::Impl {
     return h;
   }
 
-  // close the endpoints: flushed (what we sent reaches the peer) or forced (a failure: the peers' waits end)
-  void close_eps(bool force) {
+  // progress until a close or flush request ends (at most 1 s: a peer that is gone never answers)
+  void settle(void* r) {
+    if (!UCS_PTR_IS_PTR(r)) return;
+    const int64_t until = now_ns() + 1'000'000'000;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < until) ucp_worker_progress(worker);
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
+    ucp_request_free(r);
+  }
+
+  // Close the endpoints, forced: a closing peer must not wait on this one's answer (UCX's flushed close in
+  // peer error mode waits for the peer to progress, and two ranks closing comms in different orders would
+  // each wait out the bound). Unless failing, flush first, so what we sent has left before the socket goes.
+  void close_eps(bool failing) {
     for (ucp_ep_h& ep : eps) {
       if (!ep) continue;
       ucp_request_param_t p{};
+      if (!failing && lost.load() < 0) settle(ucp_ep_flush_nbx(ep, &p));
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = force || lost.load() >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      void* r = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(r)) {
-        const int64_t until = now_ns() + 2'000'000'000;  // a flush to a peer that is gone would never end
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < until) ucp_worker_progress(worker);
-        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
-        ucp_request_free(r);
-      }
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      settle(ucp_ep_close_nbx(ep, &p));
       ep = nullptr;
     }
   }
