@@ -27,7 +27,7 @@ _said: set[str] = set()
 def ucx_unavailable() -> str:
     """'' when this process can run UCX comms, else why not."""
     c = load()
-    return c.ucx_unavailable() if hasattr(c, "ucx_unavailable") else "hocc._C predates UCX support (rebuild it)"
+    return str(c.ucx_unavailable()) if hasattr(c, "ucx_unavailable") else "hocc._C predates UCX support (rebuild it)"
 
 
 def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta, wanted: str) -> Any | None:
