@@ -10,12 +10,14 @@ CSRC := $(shell find csrc -type f -not -path 'csrc/tests/*')
 .PHONY: venv build demo demo-cluster test test-fast lint clean coverage sanitize
 
 # hocc._C builds against the venv's torch (its headers and pybind11), hence
-# --no-build-isolation; ninja compiles in parallel. One build serves CPU and
+# --no-build-isolation; ninja compiles in parallel. libucx-cu12 goes in before
+# the build too: its headers are what setup.py builds the UCX transport with
+# (pip installs a package's dependencies only after building it). One build serves CPU and
 # GPU: on CUDA it drives torch's own NCCL backend, so it needs no CUDA here.
 $(STAMP): pyproject.toml setup.py $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q 'setuptools>=77' wheel ninja
+	$(PY) -m pip install -q 'setuptools>=77' wheel ninja libucx-cu12
 	$(PY) -m pip install -q --no-build-isolation -e '.[dev,test]'
 	$(PY) -m hocc.executor
 	touch $@

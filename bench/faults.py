@@ -91,6 +91,8 @@ def rank_main(a: argparse.Namespace) -> None:
     got = x.clone()
     hocc.all_reduce(got, algo="ho_ring")  # sets up every communicator
     warm_ok = torch.equal(got, want)
+    plan = get_engine(dist.group.WORLD, torch.device("cpu")).last_plan
+    carriers = sorted(set(plan.meta.get("transports", {}).values())) if plan is not None else []
     if rank == a.victim:
         action = f"run:ip link set dev {LINK} down" if a.fault == "cut" else a.fault
         get_engine(dist.group.WORLD, torch.device("cpu")).inject_fault(a.stage, action)
@@ -110,7 +112,8 @@ def rank_main(a: argparse.Namespace) -> None:
         again = e
     res = {"rank": rank, "warm_ok": warm_ok, "error": type(err).__name__ if err else None,
            "message": str(err) if err else "", "raised_s": raised_s, "unchanged": torch.equal(y, x),
-           "again": type(again).__name__ if again else None, "again_s": time.monotonic() - t1}
+           "again": type(again).__name__ if again else None, "again_s": time.monotonic() - t1,
+           "transports": carriers}
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(res))
     os._exit(0)  # the group is broken: no destroy_process_group (it would wait on the dead)
 

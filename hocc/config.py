@@ -21,7 +21,9 @@ def algo_choices() -> tuple[str, ...]:
 # When each setting is read (Config's docstring: one rule for when they take effect). Call settings: by each
 # call, when it is made. Engine settings: when an engine is made; built into it, so a change replaces engines.
 CALL_SETTINGS = ("algo", "debug", "ring_ops", "host_transport", "check", "malloc_trim_s", "record_dir", "planner")
-ENGINE_SETTINGS = ("topology", "trace", "shm_piece_bytes", "shm_wait", "record", "tune", "tuning_file")
+ENGINE_SETTINGS = ("topology", "trace", "shm_piece_bytes", "shm_wait", "record", "tune", "tuning_file",
+                   "net_transport")
+NET_TRANSPORTS = ("auto", "ucx", "gloo")
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,13 @@ class Config:
       A new engine tunes afresh (from the tuning file, if there is one).
     tuning_file: where measured choices persist between jobs
       (HOCC_TUNING_FILE; None: kept for this process only); written by each
-      group's rank 0 as buckets are decided."""
+      group's rank 0 as buckets are decided.
+    net_transport: what carries CPU steps outside shared memory (between
+      hosts, and within one under host_transport='net'): 'ucx' (UCX tag
+      messages, progressed on the calling thread; csrc/transport/ucx.h),
+      'gloo' (torch's ProcessGroupGloo sub-groups), or 'auto' (default): UCX
+      where every member of a communicator has it, else gloo. CUDA tensors
+      always go through NCCL."""
 
     algo: str = "auto"
     topology: str | None = None
@@ -103,6 +111,7 @@ class Config:
     record_dir: str | None = None
     tune: bool = True
     tuning_file: str | None = None
+    net_transport: str = "auto"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     def engine_settings(self) -> tuple[object, ...]:
@@ -160,6 +169,8 @@ class Config:
             cfg = replace(cfg, tune=val in ("1", "true", "on"))
         if env.get("HOCC_TUNING_FILE", "").strip():
             cfg = replace(cfg, tuning_file=env["HOCC_TUNING_FILE"].strip())
+        if env.get("HOCC_NET_TRANSPORT", "").strip():
+            cfg = replace(cfg, net_transport=_choice(env, "HOCC_NET_TRANSPORT", NET_TRANSPORTS))
         if env.get("HOCC_SHM_WAIT"):
             cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
         planner = cfg.planner
@@ -239,6 +250,8 @@ def configure(**changes: object) -> Config:
     cfg = get_config()
     if "algo" in changes and changes["algo"] not in algo_choices():
         raise ValueError(f"algo={changes['algo']!r} is not one of {algo_choices()}")
+    if "net_transport" in changes and changes["net_transport"] not in NET_TRANSPORTS:
+        raise ValueError(f"net_transport={changes['net_transport']!r} is not one of {NET_TRANSPORTS}")
     _config = replace(cfg, **changes)  # type: ignore[arg-type]
     return _config
 
@@ -249,5 +262,5 @@ def reset_config() -> None:
     _config = None
 
 
-__all__ = ["algo_choices", "CALL_SETTINGS", "ENGINE_SETTINGS", "Config", "CostParams", "PlannerConfig", "configure",
-           "get_config", "reset_config"]
+__all__ = ["algo_choices", "CALL_SETTINGS", "ENGINE_SETTINGS", "NET_TRANSPORTS", "Config", "CostParams",
+           "PlannerConfig", "configure", "get_config", "reset_config"]

@@ -33,6 +33,7 @@
 #include "transport/group.h"
 #include "transport/inproc.h"
 #include "transport/shm.h"
+#include "transport/ucx.h"
 
 namespace py = pybind11;
 using namespace hocc;
@@ -222,6 +223,15 @@ PYBIND11_MODULE(_C, m) {
                          Lane{nullptr, &dev});
         dev.sync(nullptr);
       }, py::arg("buf"), py::arg("seg"), py::arg("dtype"), py::arg("op"), py::arg("device") = "cpu")
+      .def("exchange", [](Comm& c, uintptr_t send, size_t send_n, uintptr_t recv, size_t recv_n,
+                          const std::string& dtype, const std::string& op) {
+        DType t = parse_dtype(dtype);
+        RedOp o = op == "none" ? RedOp::none : parse_op(op);
+        py::gil_scoped_release nogil;
+        c.exchange(static_cast<const char*>(ptr(send)), send_n, static_cast<char*>(ptr(recv)), recv_n, t, o,
+                   Lane{nullptr, &device_named("cpu")});
+      }, py::arg("send"), py::arg("send_n"), py::arg("recv"), py::arg("recv_n"), py::arg("dtype"),
+      py::arg("op") = "none", "one ring step on CPU buffers: send to member me+1, receive from me-1")
       .def("all_gather", [](Comm& c, uintptr_t buf, size_t seg, const std::string& dtype, const std::string& device) {
         DType t = parse_dtype(dtype);
         char* b = static_cast<char*>(ptr(buf));
@@ -361,5 +371,19 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("broken", &ShmComm::broken)
       .def_property_readonly("barriers", &ShmComm::barriers)
       .def_property_readonly("wait_seconds", &ShmComm::wait_seconds);
+
+  m.def("ucx_unavailable", &ucx_unavailable, "'' when UCX can carry steps between hosts here, else why not");
+  m.def("ucx_version", &ucx_version, "the UCX library's version ('' when built without UCX)");
+  py::class_<UcxComm, Comm, std::shared_ptr<UcxComm>>(m, "UcxComm", "ring steps over UCX (transport/ucx.h)")
+      .def(py::init<int, int, double>(), py::arg("me"), py::arg("n"), py::arg("timeout_s"))
+      .def_property_readonly("address", [](const UcxComm& c) { return py::bytes(c.address()); })
+      .def("connect", [](UcxComm& c, const py::bytes& prev, const py::bytes& next) {
+        std::string p = prev, q = next;
+        py::gil_scoped_release nogil;
+        c.connect(p, q);
+      }, py::arg("prev"), py::arg("next"))
+      .def_property_readonly("broken", &UcxComm::broken)
+      .def_property_readonly("progress_calls", &UcxComm::progress_calls)
+      .def_property_readonly("sleeps", &UcxComm::sleeps);
 
 }

@@ -77,6 +77,26 @@ void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t,
   all_gather_parts(c, dst, parts, t, lane);
 }
 
+void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
+  const size_t es = dtype_size(t), bytes = seg * es;
+  auto part = [&](int j) { return src + size_t(mod(j, c.n)) * bytes; };
+  if (c.n == 1) return copy_in(src, out, seg, t, lane);
+  // step s receives segment me-s-2's partial onto our own piece of it, as ring_reduce_scatter does in place;
+  // an out that overlaps src elsewhere than our own segment gets the last partial beside first
+  const bool apart = out != part(c.me) && out < src + size_t(c.n) * bytes && src < out + bytes;
+  const int held = (c.n > 2 ? 2 : 0) + (apart ? 1 : 0);
+  char* buf = held ? c.scratch.at_least(size_t(held) * bytes, *lane.dev) : nullptr;
+  char* last = apart ? buf + size_t(held - 1) * bytes : out;
+  const char* send = part(c.me - 1);
+  for (int s = 0; s < c.n - 1; ++s) {
+    char* recv = s == c.n - 2 ? last : buf + size_t(s % 2) * bytes;
+    copy_in(part(c.me - s - 2), recv, seg, t, lane);
+    exchange(c, send, seg, recv, seg, t, op, lane);
+    send = recv;
+  }
+  if (last != out) copy_in(last, out, seg, t, lane);
+}
+
 void Comm::reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) {
   ring_reduce_scatter(*this, src, dst, seg, t, op, lane);
 }

@@ -25,6 +25,9 @@ inline Part even_part(size_t count, int n, int i) {
 void ring_reduce_scatter(Comm& c, const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane);
 void ring_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane);
 void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
+// reduce_scatter_out's ring (Comm's semantics) reading src in place: each step's partial goes to one of
+// two segments of c.scratch (2 x seg, not the n x seg region a copy of src would take), the last into out
+void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane);
 
 // dst = src over n elements on the lane's device, unless they are the same memory
 void copy_in(const char* src, char* dst, size_t n, DType t, const Lane& lane);

@@ -3,8 +3,9 @@
 // the work buffer, with the segment semantics of hocc/plan/types.py.
 //
 // Implementations: in-process (ranks are threads of one process: tests, and
-// one GPU), shared memory (CPU ranks of a host), and torch.distributed's own
-// backends called from C++ (transport/c10d.h: gloo between CPU hosts, NCCL on GPUs).
+// one GPU), shared memory (CPU ranks of a host), UCX between CPU hosts
+// (transport/ucx.h), and torch.distributed's own backends called from C++
+// (transport/c10d.h: gloo between CPU hosts where UCX is not used, NCCL on GPUs).
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,10 @@ to the C++ executor's GroupTransport (csrc/transport/group.h):
   executor calls it from C++ (csrc/transport/c10d.cc). A native step over the
   whole group uses the group's own backend.
 - 'shm' steps (CPU only): a shared-memory segment per host group (hocc/engine/shm.py).
+- on CPU, 'native' and 'ring' steps go over UCX instead (hocc/engine/ucx.py,
+  csrc/transport/ucx.h) when net_transport allows and every member of the
+  communicator has it; its native collectives are rings over its exchange.
+  `kinds` says which carried a communicator ('shm', 'ucx', 'gloo', 'nccl').
 
 Setting up is collective over each group's members, so every rank walks the
 same sorted list of (stage, members, impl): ranks that share two groups never
@@ -25,17 +29,29 @@ import torch.distributed as dist
 
 from hocc.engine.group import GroupInfo, backend_class, device_name, new_backend
 from hocc.engine.shm import attach_shm
+from hocc.engine.ucx import attach_ucx
 from hocc.executor import load
 from hocc.plan.types import Plan
 
 
+class Kinds(dict[tuple[int, tuple[int, ...], str], str]):
+    """What carried each communicator this rank set up, by (stage, members, impl); called as
+    kinds(stage, members, impl) -> 'shm', 'ucx', 'gloo', 'nccl' ('' if none). A dict of its own, so
+    the flight recorder can keep it without keeping the communicators' groups alive."""
+
+    def __call__(self, stage: int, members: tuple[int, ...] | list[int], impl: str) -> str:
+        return self.get((stage, tuple(members), impl), "")
+
+
 class Communicators:
     def __init__(self, info: GroupInfo, prefix: str, transport: Any, device: torch.device, shm_piece_bytes: int,
-                 shm_wait: str) -> None:
+                 shm_wait: str, net_transport: str = "auto") -> None:
         self.info, self.prefix, self.transport, self.device = info, prefix, transport, device
         self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
+        self.net_transport = net_transport if device.type == "cpu" else "gloo"  # NCCL on GPUs, always
         self.rank = info.rank
         self._pgs: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self.kinds = Kinds()
 
     def prepare(self, plan: Plan) -> None:
         """Set up every communicator of `plan` this rank takes part in and does not have yet."""
@@ -52,10 +68,16 @@ class Communicators:
                                    f"{type(self.info.inner).__name__}; use {own.__name__} under it for "
                                    f"{self.device.type} tensors, or algo='native'")
             try:
+                kind = "shm" if impl == "shm" else "nccl" if self.device.type == "cuda" else "gloo"
+                comm = None
                 if impl == "shm":
                     comm = attach_shm(self.info.store, self._name(stage, members, "shm"), me, n,
                                       self.info.timeout, self.shm_piece_bytes, self.shm_wait)
-                else:
+                elif self.net_transport != "gloo":
+                    comm = attach_ucx(self.info.store, self._name(stage, members, f"ucx-{impl}"), me, n,
+                                      self.info.timeout, self.net_transport)
+                    kind = "ucx" if comm is not None else kind
+                if comm is None:
                     comm = c.c10d_comm(self._backend(stage, members, impl), me, n, device_name(self.device))
             except Exception as e:  # re-raised with what was being set up
                 raise RuntimeError(
@@ -64,6 +86,7 @@ class Communicators:
                     "member sets it up at its first call that needs it: a member that is gone, stopped, or in "
                     "another call, such as the same call with another algo or size, never arrives)") from e
             self.transport.add(stage, list(members), impl, comm)
+            self.kinds[(stage, members, impl)] = kind
 
     def _whole_group(self, stage: int, members: tuple[int, ...], impl: str) -> bool:
         """The whole group's own collective, run on its own backend. Ring steps never use it, so their

@@ -88,10 +88,10 @@ class Engine:
         self.transport = c.GroupTransport(info.rank, info.size, device_name(device))
         self.executor = c.Executor(self.transport)
         self.comms: Communicators | None = Communicators(info, prefix, self.transport, device, cfg.shm_piece_bytes,
-                                                         cfg.shm_wait)
+                                                         cfg.shm_wait, cfg.net_transport)
         self.executor.set_trace(cfg.trace)
         self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
-                                 self.executor)
+                                 self.executor, self.comms.kinds)
         record_dump.register(self.recorder)
         self._peer_failure: str | None = None
         self.watchdog = Watchdog(info.store, f"{prefix}/failed", info.rank, self._peer_failed, self._queue.busy_for)
@@ -177,8 +177,18 @@ class Engine:
 
     @property
     def last_plan(self) -> Plan | None:
-        """The plan of this engine's last call (built now if it was a scaled one)."""
-        return self._last.plan if self._last is not None else None
+        """The plan of this engine's last call (built now if it was a scaled one); its
+        meta['transports'] says what carried each of this rank's groups ('stage 0 ring [0,4]': 'ucx')."""
+        if self._last is None:
+            return None
+        plan = self._last.plan
+        used = {f"stage {s.stage} {s.impl} [{','.join(map(str, g.ranks))}]": self._kind_of(s.stage, g.ranks, s.impl)
+                for s in plan.steps for g in s.groups_of(self.rank) if len(g.ranks) > 1}
+        return dataclasses.replace(plan, meta={**plan.meta, "transports": used}) if used else plan
+
+    def _kind_of(self, stage: int, ranks: tuple[int, ...] | list[int], impl: str) -> str:
+        """What carries this rank's communicator of a step's group ('shm', 'ucx', 'gloo', 'nccl'; '' if none)."""
+        return self.comms.kinds(stage, ranks, impl) if self.comms is not None else ""
 
     # -- running ----------------------------------------------------------------
     def run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str = "sum",

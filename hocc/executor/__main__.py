@@ -3,6 +3,7 @@ each device's tensors take through it (CI prints it)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -16,8 +17,19 @@ def main() -> int:
         load()  # raises with the build hint
     c = load()
     print(f"hocc._C: {c.__file__} (torch {torch.__version__})")
-    print("CPU tensors: hocc's plans in the C++ executor, over shared memory within a host and "
-          "torch's ProcessGroupGloo sub-groups (called from C++) between hosts")
+    from hocc.config import get_config
+    from hocc.engine.ucx import ucx_unavailable
+
+    why = ucx_unavailable()
+    net = get_config().net_transport
+    tls = os.environ.get("UCX_TLS", "tcp, hocc's default")
+    between = ("torch's ProcessGroupGloo sub-groups (called from C++)" if net == "gloo" or why else
+               f"UCX {c.ucx_version()} (ucp tag messages progressed on the calling thread, UCX_TLS {tls}"
+               + ("; gloo where a member lacks UCX)" if net == "auto" else ")"))
+    print(f"CPU tensors: hocc's plans in the C++ executor, over shared memory within a host and, between hosts, "
+          f"{between} (HOCC_NET_TRANSPORT={net})")
+    if why:
+        print(f"UCX: not available here: {why}" + ("; HOCC_NET_TRANSPORT=ucx will fail" if net == "ucx" else ""))
     nccl = dist.is_nccl_available()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     print("CUDA tensors: the same plans and executor; every step a collective of torch's ProcessGroupNCCL on its "

@@ -60,9 +60,9 @@ class CallRecord(NamedTuple):
         return self.source.plan
 
 
-def call_dict(c: CallRecord, run: Any, failure: tuple[str, int] | None) -> dict[str, Any]:
+def call_dict(c: CallRecord, run: Any, failure: tuple[str, int] | None, transport_of: Any = None) -> dict[str, Any]:
     """One call as JSON-ready data: the caller's record, the executor's (None if the run never began), and the
-    failure (error, ns) if the call failed."""
+    failure (error, ns) if the call failed; each step's `transport` is what carried it here (transport_of)."""
     steps: list[dict[str, Any]] = []
     if run is not None:
         plan_steps = c.plan.steps
@@ -70,6 +70,7 @@ def call_dict(c: CallRecord, run: Any, failure: tuple[str, int] | None) -> dict[
             st = plan_steps[step_i]
             g = st.groups[group_i]
             steps.append({"stage": st.stage, "chunk": st.chunk, "op": st.collective, "impl": st.impl,
+                          "transport": transport_of(st.stage, g.ranks, st.impl) if transport_of else "",
                           "tier": st.tier, "ranks": list(g.ranks),
                           "bytes": step_bytes(st.collective, len(g.ranks), g.seg, c.elem_size),
                           "begin_ns": begin, "end_ns": end, "exchanges": []})
@@ -108,6 +109,7 @@ class Recorder:
     capacity: int
     describe: Any  # () -> dict for the dump header
     executor: Any = None  # has records(), or None (then calls have no timings)
+    transport_of: Any = None  # (stage, ranks, impl) -> what carried that comm ('shm', 'ucx', 'gloo', 'nccl')
     calls: deque[tuple[Any, ...]] = field(init=False)  # CallRecord fields, as plain tuples (see made)
     failures: dict[int, tuple[str, int]] = field(default_factory=dict, init=False)  # seq -> (error, ns)
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -156,7 +158,7 @@ class Recorder:
         calls = [CallRecord._make(c) for c in list(self.calls)]
         runs = self._runs()
         failures = dict(self.failures)
-        return [call_dict(c, runs.get(c.seq), failures.get(c.seq)) for c in calls]
+        return [call_dict(c, runs.get(c.seq), failures.get(c.seq), self.transport_of) for c in calls]
 
     def arrivals(self, last: int) -> list[tuple[int, int]]:
         """(seq, ns) of when this rank began each of its latest `last` runs."""

@@ -99,8 +99,9 @@ def hang(g: Group) -> dict[str, Any] | None:
         step = open_steps[0] if open_steps else None
         peers = [p for p in (step["ranks"] if step else []) if p != r]
         waiting.append({"rank": r, "state": c["state"], "error": c["error"],
-                        "step": None if step is None else {k: step[k] for k in ("stage", "chunk", "op", "tier",
-                                                                                 "impl", "ranks")},
+                        "step": None if step is None else {k: step.get(k, "") for k in ("stage", "chunk", "op",
+                                                                                         "tier", "impl", "transport",
+                                                                                         "ranks")},
                         "waits_on_never_begun": [p for p in peers if p in never],
                         "steps_ended": sum(1 for st in c["steps"] if st["end_ns"])})
     ref = next((calls[r][seq] for r in calls if seq in calls[r]), None)
@@ -338,8 +339,9 @@ def render(analyses: list[dict[str, Any]], top: int = 5) -> str:
                              f"{state}")
                 if w and w["step"]:
                     st = w["step"]
-                    lines.append(f"    at stage {st['stage']} ({st['tier']}), chunk {st['chunk']}, {st['impl']} "
-                                 f"{st['op']} over ranks {st['ranks']}")
+                    over = f" ({st['transport']})" if st.get("transport") else ""
+                    lines.append(f"    at stage {st['stage']} ({st['tier']}), chunk {st['chunk']}, "
+                                 f"{st['impl']}{over} {st['op']} over ranks {st['ranks']}")
                 if w and w["error"]:
                     lines.append(f"    error: {w['error'][:300]}")
         sk = a["skew"]

@@ -1,0 +1,69 @@
+// A Comm over UCX (ucp tag messages): ring steps between hosts without
+// gloo's threads. gloo's sub-groups cost ~270 us per exchange on these
+// machines (a hand-off to gloo's threads and back); a ucp tag message over
+// tcp costs a few microseconds, and this comm progresses its worker on the
+// calling thread, so nothing is handed off.
+//
+// One ucp worker per comm, over one ucp context per process. A comm's ops run
+// on one lane at a time (transport.h), so its worker is used by one thread at
+// a time and needs no lock of hocc's; each stage progresses only its own
+// messages, as each stage has its own gloo sub-group for the same reason.
+// Endpoints go to the two ring neighbours, made from worker addresses that the
+// members trade through the group's store (hocc/engine/ucx.py), so torchrun
+// starts it as it starts gloo.
+//
+// exchange() is the only op of its own: the native collectives are the rings
+// of transport/ring.h over it. Built without UCX's headers (setup.py), the
+// class is still here, and making one raises (ucx_unavailable() says why).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace hocc {
+
+// "" when UCX can be used here (built with it, and a ucp context starts),
+// else why not. Starts the process's context on first call.
+std::string ucx_unavailable();
+// UCX's version ("1.22.0"), or "" when built without it
+std::string ucx_version();
+
+class UcxComm final : public Comm {
+ public:
+  // this rank is member `me` of `n`; every wait ends after `timeout_s`
+  UcxComm(int me, int n, double timeout_s);
+  ~UcxComm() override;
+  UcxComm(const UcxComm&) = delete;
+  UcxComm& operator=(const UcxComm&) = delete;
+
+  // this comm's worker address, for the store
+  std::string address() const;
+  // endpoints to the ring neighbours, from their addresses (the same for n == 2)
+  void connect(const std::string& prev_address, const std::string& next_address);
+
+  void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
+                const Lane& lane) override;
+  // a tiny all_reduce (n x its bytes <= kTinyGather) gathers every member's input around the ring and
+  // reduces in member order (alike on every member): n-1 steps instead of the ring's 2(n-1)
+  void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
+  static constexpr size_t kTinyGather = 16 << 10;
+  // the ring reading src in place (ring_reduce_scatter_out): 2 segments of scratch, not n
+  void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override;
+  // wakes a wait on this comm (its own thread then closes the endpoints, which
+  // fails the neighbours' waits too); later ops fail at once. Thread-safe.
+  void abort(const std::string& why) override;
+
+  bool broken() const;
+  // ucp_worker_progress calls, and how many waits slept on the event fd (for tuning the spin)
+  uint64_t progress_calls() const;
+  uint64_t sleeps() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hocc
