@@ -29,8 +29,8 @@ import torch.multiprocessing as mp
 import hocc
 from hocc.bench.launch import free_port
 from hocc.engine.registry import find_engine
-from hocc.engine.ucx import attach_ucx, ucx_unavailable
-from hocc.executor import load
+from hocc.engine.ucx import attach_ucx
+from hocc.executor import load, ucx_unavailable
 
 
 def _spin(us: float) -> None:

@@ -17,17 +17,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hocc.executor import load
+from hocc.executor import load, ucx_unavailable
 
 log = logging.getLogger("hocc")
 _NONE = b"none:"  # an entry's prefix when its member has no UCX (the reason follows)
 _said: set[str] = set()
-
-
-def ucx_unavailable() -> str:
-    """'' when this process can run UCX comms, else why not."""
-    c = load()
-    return str(c.ucx_unavailable()) if hasattr(c, "ucx_unavailable") else "hocc._C predates UCX support (rebuild it)"
 
 
 def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta, wanted: str) -> Any | None:

@@ -30,3 +30,9 @@ def available() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def ucx_unavailable() -> str:
+    """'' when this process can run UCX comms (hocc._C built with UCX, its libraries loadable), else why not."""
+    c = load()
+    return str(c.ucx_unavailable()) if hasattr(c, "ucx_unavailable") else "hocc._C predates UCX support (rebuild it)"

@@ -9,7 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from hocc.executor import available, load
+from hocc.config import get_config
+from hocc.executor import available, load, ucx_unavailable
 
 
 def main() -> int:
@@ -17,9 +18,6 @@ def main() -> int:
         load()  # raises with the build hint
     c = load()
     print(f"hocc._C: {c.__file__} (torch {torch.__version__})")
-    from hocc.config import get_config
-    from hocc.engine.ucx import ucx_unavailable
-
     why = ucx_unavailable()
     net = get_config().net_transport
     tls = os.environ.get("UCX_TLS", "tcp, hocc's default")
