@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-BUILD_HINT = ("build it with `pip install --no-build-isolation -e .` from the hocc checkout (needs a C++20 "
+BUILD_HINT = ("build it with `pip install --no-build-isolation -e .` from the hocc checkout (needs a C++17 "
               "compiler, torch and ninja)")
 
 
