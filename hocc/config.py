@@ -1,11 +1,18 @@
-"""Settings in one typed object; environment variables only override defaults.
-When a setting takes effect: Config's docstring (one rule, every engine)."""
+"""Settings in one typed object, `Config`, and one table, `SETTINGS`: each
+setting's name, environment variable, parser, when it takes effect and what it
+does. HOCC_* variables give the defaults (`Config.from_env`), hocc.configure()
+changes them; both go through the same row's parser, and docs/settings.md's
+table is made from it (`settings_markdown`; the suite checks they agree). No
+other module reads a HOCC_* variable. When a setting takes effect: Config's
+docstring (one rule, every engine)."""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig
@@ -18,12 +25,161 @@ def algo_choices() -> tuple[str, ...]:
     return (*names(), "auto")
 
 
+NET_TRANSPORTS = ("auto", "ucx", "gloo")
+
+
+# -- parsers: text (a variable's, or a string given to configure) or a value -> the setting's value ------------
+Parse = Callable[[Any, str], Any]  # (value, the name to blame) -> the setting's value, or ValueError
+
+
+def _bool(v: Any, who: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"{who}={v!r} must be 1 (or true, on) or 0 (or false, off)")
+
+
+def _choice(options: tuple[str, ...] | Callable[[], tuple[str, ...]], aliases: dict[str, str] | None = None) -> Parse:
+    def parse(v: Any, who: str) -> str:
+        allowed = options() if callable(options) else options
+        text = str(v).strip()
+        text = (aliases or {}).get(text.lower(), text)
+        if text not in allowed:
+            raise ValueError(f"{who}={v!r} must be one of {', '.join(allowed)}")
+        return text
+    return parse
+
+
+def _int(least: int, off_words: tuple[str, ...] = ()) -> Parse:
+    def parse(v: Any, who: str) -> int:
+        if isinstance(v, str) and v.strip().lower() in off_words:
+            return 0
+        try:
+            val = int(v) if not isinstance(v, bool) and float(v) == int(float(v)) else None
+        except (TypeError, ValueError):
+            val = None
+        if val is None or val < least:
+            raise ValueError(f"{who}={v!r} must be a whole number, {least} or more"
+                             + (" (0 turns it off)" if least == 0 else ""))
+        return val
+    return parse
+
+
+def _seconds(v: Any, who: str) -> float:
+    try:
+        val = float(v)
+    except (TypeError, ValueError):
+        val = -1.0
+    if not 0 <= val < math.inf:  # also refuses nan
+        raise ValueError(f"{who}={v!r} must be a finite number of seconds, 0 or more (0 turns it off)")
+    return val
+
+
+def _text(v: Any, who: str) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ValueError(f"{who}={v!r} must be a string (or None)")
+    return v.strip() or None
+
+
+def _ring_ops(v: Any, who: str) -> tuple[str, ...] | None:
+    if v is None:
+        return None
+    items = v.split(",") if isinstance(v, str) else list(v)
+    ops = tuple(str(o).strip() for o in items if str(o).strip() and str(o).strip() != "none")
+    bad = [o for o in ops if o not in COLLECTIVES]
+    if bad:
+        raise ValueError(f"{who} has unknown ops {bad}; use {', '.join(COLLECTIVES)} or none")
+    return ops
+
+
+def _planner(v: Any, who: str) -> PlannerConfig:
+    if not isinstance(v, PlannerConfig):
+        raise ValueError(f"{who} must be a hocc.plan.PlannerConfig, got {type(v).__name__}")
+    return v
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table: `name` is Config's field (or 'planner.<field>'
+    for a field of its PlannerConfig), `env` its variable (None: configure()
+    only), `when` 'call' or 'engine' (Config's docstring), `doc` what it does."""
+
+    name: str
+    env: str | None
+    parse: Parse
+    when: str
+    doc: str
+    default_doc: str = ""  # the default as the docs show it, where repr() would not say it well
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("algo", "HOCC_ALGO", _choice(algo_choices), "call",
+            "default algorithm for calls that pass none: a registered one (`native`, `ring`, `ho_ring`) or `auto`, "
+            "the cost model's pick, checked by timing where it is unsure ([tuning.md](tuning.md))"),
+    Setting("debug", "HOCC_DEBUG", _bool, "call", "log each call's plan and why it was chosen"),
+    Setting("ring_ops", "HOCC_RING_OPS", _ring_ops, "call",
+            "HO-Ring ops run as point-to-point rings rather than the backend's collective (`none`: none)",
+            "the backend's: gloo `reduce_scatter,all_gather`, NCCL none"),
+    Setting("host_transport", "HOCC_HOST_TRANSPORT", _choice(("shm", "net", "auto")), "call",
+            "CPU ranks' host-level stages (and a single host's whole collective): `shm` through a shared-memory "
+            "segment, `net` over the network's transport like the rest, `auto`: `shm`"),
+    Setting("check", "HOCC_CHECK", _choice(("all", "comm", "off"), {"1": "all", "true": "all", "0": "off",
+                                                                        "false": "off"}), "call",
+            "how ranks check they are in the same call: `comm` at each communicator's first message of a call; "
+            "`all` (`1`) also over the whole group before anything moves, naming every rank that differs; `off` "
+            "(`0`) neither (as gloo: a mismatched size aborts a process) ([failures.md](failures.md))"),
+    Setting("malloc_trim_s", "HOCC_MALLOC_TRIM_S", _seconds, "call",
+            "after CPU calls, hand the memory glibc holds free back to the OS at most this often, from a thread "
+            "of its own (seconds; 0: never)"),
+    Setting("record_dir", "HOCC_RECORD_DIR", _text, "call",
+            "where flight-recorder dumps go", "`<tmp>/hocc-record`"),
+    Setting("planner", None, _planner, "call",
+            "the planner's settings (`hocc.plan.PlannerConfig`): pipeline-depth bounds and the cost model; the "
+            "three rows below set its fields, a topology file's `cost` section its cost model",
+            "`PlannerConfig()`"),
+    Setting("planner.chunks", "HOCC_CHUNKS", _int(1), "call", "force HO-Ring's pipeline depth K",
+            "the cost model's"),
+    Setting("planner.min_chunk_bytes", "HOCC_MIN_CHUNK_BYTES", _int(1), "call",
+            "the least bytes of a chunk the cost model's K may make"),
+    Setting("planner.max_chunks", "HOCC_MAX_CHUNKS", _int(1), "call", "the largest K the cost model may pick"),
+    Setting("topology", "HOCC_TOPOLOGY", _text, "engine",
+            "a topology spec (`2x4`, `2x4@nic=1gbit`, `3+5`) or a JSON/YAML file ([usage.md](usage.md)); "
+            "none: the hosts are detected", "detected"),
+    Setting("trace", "HOCC_TRACE", _bool, "engine",
+            "run plan steps one at a time and log each stage's time (slow; the flight recorder times steps as "
+            "they run, without serializing them)"),
+    Setting("shm_piece_bytes", "HOCC_SHM_PIECE_BYTES", _int(4096), "engine",
+            "bytes per rank streamed through the shared-memory segment at a time (it holds two per rank)"),
+    Setting("shm_wait", "HOCC_SHM_WAIT", _choice(("futex", "hybrid", "yield", "sleep")), "engine",
+            "how ranks wait for each other in shared memory: `futex` sleeps in the kernel until woken, `yield` "
+            "loops on sched_yield, `hybrid` yields for 1 ms then sleeps, `sleep` backs off"),
+    Setting("record", "HOCC_RECORD", _int(0, ("off", "false")), "engine",
+            "calls each engine's flight recorder keeps (0 or `off`: none) ([recorder.md](recorder.md))"),
+    Setting("tune", "HOCC_TUNE", _bool, "engine",
+            "1: `auto` runs the cost model's pick and, where the model prices a rival within 1.25x of it, times "
+            "them on that size bucket's first calls and keeps the fastest; 0: the model's picks (and a tuning "
+            "file's) without trials ([tuning.md](tuning.md))"),
+    Setting("tuning_file", "HOCC_TUNING_FILE", _text, "engine",
+            "keep `auto`'s measured picks between jobs (`hocc tune` builds one ahead)", "none"),
+    Setting("net_transport", "HOCC_NET_TRANSPORT", _choice(NET_TRANSPORTS), "engine",
+            "what carries CPU steps outside shared memory: `ucx` (UCX tag messages on the calling thread), "
+            "`gloo` (torch's ProcessGroupGloo sub-groups), `auto`: UCX where every member of a communicator has "
+            "it, else gloo ([executor.md](executor.md#ucx-between-hosts))"),
+    Setting("ucx_spin_us", "HOCC_UCX_SPIN_US", _int(0), "engine",
+            "how long a UCX wait polls (yielding the core between tries) before it sleeps on the worker's event "
+            "fd (microseconds)"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
 # When each setting is read (Config's docstring: one rule for when they take effect). Call settings: by each
 # call, when it is made. Engine settings: when an engine is made; built into it, so a change replaces engines.
-CALL_SETTINGS = ("algo", "debug", "ring_ops", "host_transport", "check", "malloc_trim_s", "record_dir", "planner")
-ENGINE_SETTINGS = ("topology", "trace", "shm_piece_bytes", "shm_wait", "record", "tune", "tuning_file",
-                   "net_transport")
-NET_TRANSPORTS = ("auto", "ucx", "gloo")
+CALL_SETTINGS = tuple(s.name for s in SETTINGS if s.when == "call" and "." not in s.name)
+ENGINE_SETTINGS = tuple(s.name for s in SETTINGS if s.when == "engine")
 
 
 @dataclass(frozen=True)
@@ -48,54 +204,9 @@ class Config:
     over its group, as a call is: change settings on every rank of a group,
     between the same two calls (docs/settings.md).
 
-    Call settings:
-    algo: default algorithm for calls that do not pass one.
-    debug: log each call's plan choice (and why) to stderr.
-    ring_ops: HO-Ring ops to run as point-to-point rings rather than the
-      backend's collective; None: the backend's default (gloo: reduce_scatter
-      and all_gather, measured faster as rings; NCCL: none).
-    host_transport: how CPU ranks' host-level stages (and single-host
-      collectives) of ho_ring move data: 'shm' through a shared-memory
-      segment, 'net' over gloo like other stages; 'auto' (default): shm.
-    check: how ranks make sure they are in the same call (collective, count,
-      dtype, reduction op, algo, call number). 'comm' (default): each
-      communicator compares call ids with its ring neighbour at the call's
-      first message there, so a mismatch raises on every rank (one extra small
-      message per communicator and call). 'all' (HOCC_CHECK=1): also compare
-      over the whole group before anything moves, naming every rank that
-      differs (one small all-gather per call). 'off' (HOCC_CHECK=0): neither,
-      as with gloo itself, where a mismatched size aborts a process.
-    malloc_trim_s: after hocc CPU calls, give the memory glibc holds free back
-      to the OS at most this often (seconds; 0: never), from a thread of its
-      own (hocc/engine/heap.py).
-    record_dir: where recorder dumps go (a failed call's: the directory set
-      when the call was made; SIGUSR1's and hocc.dump_record()'s: the one set
-      then); None: <tmp>/hocc-record.
-    planner: pipeline-depth bounds and cost-model parameters.
-
-    Engine settings:
-    topology: a HOCC_TOPOLOGY spec; None detects hosts from hostnames.
-    trace: run plan steps one at a time and log each stage's time (slow; for measuring).
-    shm_piece_bytes: bytes per member and piece streamed through the segment
-      (the segment holds 2 pieces per member).
-    shm_wait: how ranks wait at shared-memory barriers: 'futex' (sleep in the
-      kernel until woken), 'yield' (sched_yield loop), 'hybrid' (yield for
-      1 ms, then futex) or 'sleep' (backoff).
-    record: how many of its latest calls each engine's flight recorder keeps
-      (hocc/record/; 0: off). A new engine starts a new record.
-    tune: auto times its candidates on the first calls of each (collective,
-      dtype, size bucket) and keeps the fastest (hocc/engine/tuning.py);
-      HOCC_TUNE=0: the model's choice (and a tuning file's) without trials.
-      A new engine tunes afresh (from the tuning file, if there is one).
-    tuning_file: where measured choices persist between jobs
-      (HOCC_TUNING_FILE; None: kept for this process only); written by each
-      group's rank 0 as buckets are decided.
-    net_transport: what carries CPU steps outside shared memory (between
-      hosts, and within one under host_transport='net'): 'ucx' (UCX tag
-      messages, progressed on the calling thread; csrc/transport/ucx.h),
-      'gloo' (torch's ProcessGroupGloo sub-groups), or 'auto' (default): UCX
-      where every member of a communicator has it, else gloo. CUDA tensors
-      always go through NCCL."""
+    Each setting, its variable and what it does: SETTINGS above (and
+    docs/settings.md, made from it).
+    """
 
     algo: str = "auto"
     topology: str | None = None
@@ -112,6 +223,7 @@ class Config:
     tune: bool = True
     tuning_file: str | None = None
     net_transport: str = "auto"
+    ucx_spin_us: int = 50
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     def engine_settings(self) -> tuple[object, ...]:
@@ -121,68 +233,25 @@ class Config:
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Config:
+        """Config() with every HOCC_* variable that is set (and not blank) applied, each through its row's parser."""
         env = dict(os.environ if env is None else env)
-        cfg = Config()
-        if "HOCC_ALGO" in env:
-            algo = env["HOCC_ALGO"].strip()
-            if algo not in algo_choices():
-                raise ValueError(f"HOCC_ALGO={algo!r} is not one of {algo_choices()}")
-            cfg = replace(cfg, algo=algo)
-        calibrated: CostParams | None = None
-        if env.get("HOCC_TOPOLOGY"):
-            cfg = replace(cfg, topology=env["HOCC_TOPOLOGY"])
-            calibrated = _calibrated_cost(env["HOCC_TOPOLOGY"])
-        if env.get("HOCC_DEBUG", "0") not in ("", "0", "false", "False"):
-            cfg = replace(cfg, debug=True)
-        if env.get("HOCC_TRACE", "0") not in ("", "0", "false", "False"):
-            cfg = replace(cfg, trace=True)
-        if env.get("HOCC_CHECK", "").strip():
-            val = env["HOCC_CHECK"].strip().lower()
-            named = {"1": "all", "true": "all", "all": "all", "comm": "comm", "0": "off", "false": "off", "off": "off"}
-            if val not in named:
-                raise ValueError(f"HOCC_CHECK={env['HOCC_CHECK']!r} must be 1 (or all), comm (the default) or "
-                                 "0 (or off)")
-            cfg = replace(cfg, check=named[val])
-        if env.get("HOCC_RING_OPS"):
-            ops = tuple(o.strip() for o in env["HOCC_RING_OPS"].split(",") if o.strip() and o.strip() != "none")
-            bad = [o for o in ops if o not in COLLECTIVES]
-            if bad:
-                raise ValueError(f"HOCC_RING_OPS has unknown ops {bad}; use reduce_scatter, all_gather, "
-                                 "all_reduce or none")
-            cfg = replace(cfg, ring_ops=ops)
-        if env.get("HOCC_HOST_TRANSPORT"):
-            cfg = replace(cfg, host_transport=_choice(env, "HOCC_HOST_TRANSPORT", ("shm", "net", "auto")))
-        if env.get("HOCC_SHM_PIECE_BYTES"):
-            cfg = replace(cfg, shm_piece_bytes=max(4096, _positive_int(env, "HOCC_SHM_PIECE_BYTES")))
-        if env.get("HOCC_MALLOC_TRIM_S", "").strip():
-            cfg = replace(cfg, malloc_trim_s=_seconds(env, "HOCC_MALLOC_TRIM_S"))
-        if env.get("HOCC_RECORD", "").strip():
-            val = env["HOCC_RECORD"].strip().lower()
-            cfg = replace(cfg, record=0 if val in ("off", "false") else _count(env, "HOCC_RECORD"))
-        if env.get("HOCC_RECORD_DIR", "").strip():
-            cfg = replace(cfg, record_dir=env["HOCC_RECORD_DIR"].strip())
-        if env.get("HOCC_TUNE", "").strip():
-            val = env["HOCC_TUNE"].strip().lower()
-            if val not in ("0", "1", "false", "true", "off", "on"):
-                raise ValueError(f"HOCC_TUNE={env['HOCC_TUNE']!r} must be 1 (measure auto's choices, the default) "
-                                 "or 0 (the cost model's, and a tuning file's)")
-            cfg = replace(cfg, tune=val in ("1", "true", "on"))
-        if env.get("HOCC_TUNING_FILE", "").strip():
-            cfg = replace(cfg, tuning_file=env["HOCC_TUNING_FILE"].strip())
-        if env.get("HOCC_NET_TRANSPORT", "").strip():
-            cfg = replace(cfg, net_transport=_choice(env, "HOCC_NET_TRANSPORT", NET_TRANSPORTS))
-        if env.get("HOCC_SHM_WAIT"):
-            cfg = replace(cfg, shm_wait=_choice(env, "HOCC_SHM_WAIT", ("futex", "hybrid", "yield", "sleep")))
-        planner = cfg.planner
+        given = {s.name: s.parse(env[s.env], s.env) for s in SETTINGS
+                 if s.env is not None and env.get(s.env, "").strip()}
+        return _apply(Config(), given)
+
+
+def _apply(cfg: Config, values: dict[str, Any]) -> Config:
+    """cfg with parsed values (Config fields, and 'planner.<field>'s on its planner); a topology file's
+    fitted cost model goes into the planner whenever the topology is set, whichever way in."""
+    top = {k: v for k, v in values.items() if "." not in k}
+    cfg = replace(cfg, **top)
+    planner = cfg.planner
+    if top.get("topology"):
+        calibrated = _calibrated_cost(top["topology"])
         if calibrated is not None:  # a topology file from `hocc calibrate`: its fitted cost model
             planner = replace(planner, params=calibrated)
-        if env.get("HOCC_CHUNKS"):
-            planner = replace(planner, chunks=_positive_int(env, "HOCC_CHUNKS"))
-        if env.get("HOCC_MIN_CHUNK_BYTES"):
-            planner = replace(planner, min_chunk_bytes=_positive_int(env, "HOCC_MIN_CHUNK_BYTES"))
-        if env.get("HOCC_MAX_CHUNKS"):
-            planner = replace(planner, max_chunks=_positive_int(env, "HOCC_MAX_CHUNKS"))
-        return replace(cfg, planner=planner)
+    sub = {k.split(".", 1)[1]: v for k, v in values.items() if "." in k}
+    return replace(cfg, planner=replace(planner, **sub) if sub else planner)
 
 
 def _calibrated_cost(spec: str) -> CostParams | None:
@@ -193,42 +262,21 @@ def _calibrated_cost(spec: str) -> CostParams | None:
     return CostParams.from_dict(topo.cost) if topo.cost else None
 
 
-def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
-    val = env[name].strip()
-    if val not in choices:
-        allowed = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
-        raise ValueError(f"{name}={val!r} must be {allowed}")
-    return val
-
-
-def _seconds(env: dict[str, str], name: str) -> float:
-    try:
-        val = float(env[name])
-    except ValueError:
-        val = -1.0
-    if not 0 <= val < math.inf:  # also refuses nan
-        raise ValueError(f"{name}={env[name]!r} must be a finite number of seconds, 0 or more (0 turns it off)")
-    return val
-
-
-def _count(env: dict[str, str], name: str) -> int:
-    try:
-        val = int(env[name])
-    except ValueError:
-        val = -1
-    if val < 0:
-        raise ValueError(f"{name}={env[name]!r} must be a whole number, 0 or more (0 turns it off)")
-    return val
-
-
-def _positive_int(env: dict[str, str], name: str) -> int:
-    try:
-        val = int(env[name])
-    except ValueError:
-        raise ValueError(f"{name}={env[name]!r} must be a positive integer") from None
-    if val < 1:
-        raise ValueError(f"{name}={val} must be a positive integer")
-    return val
+def settings_markdown() -> str:
+    """docs/settings.md's table of every setting, from SETTINGS."""
+    cfg = Config()
+    rows = ["| setting | variable | read | default | what |", "| --- | --- | --- | --- | --- |"]
+    for s in SETTINGS:
+        if s.default_doc:
+            default = s.default_doc
+        else:
+            value: Any = cfg
+            for part in s.name.split("."):
+                value = getattr(value, part)
+            default = f"`{value}`"
+        var = f"`{s.env}`" if s.env else "-"
+        rows.append(f"| `{s.name}` | {var} | {s.when} | {default} | {s.doc} |")
+    return "\n".join(rows) + "\n"
 
 
 _config: Config | None = None
@@ -243,16 +291,24 @@ def get_config() -> Config:
 
 def configure(**changes: object) -> Config:
     """Change settings for this process, e.g. hocc.configure(algo="ho_ring").
-    Every engine, drop-in and backend alike, runs its next call under them
-    (Config's docstring says how); calls already made keep theirs. Call it on
-    every rank of a group, between the same two calls."""
+    Every value goes through its row's parser, as the HOCC_* variables do:
+    what one way refuses, the other does too. `chunks`, `min_chunk_bytes`
+    and `max_chunks` set the planner's fields. Every engine, drop-in and
+    backend alike, runs its next call under them (Config's docstring says
+    how); calls already made keep theirs. Call it on every rank of a group,
+    between the same two calls."""
     global _config
-    cfg = get_config()
-    if "algo" in changes and changes["algo"] not in algo_choices():
-        raise ValueError(f"algo={changes['algo']!r} is not one of {algo_choices()}")
-    if "net_transport" in changes and changes["net_transport"] not in NET_TRANSPORTS:
-        raise ValueError(f"net_transport={changes['net_transport']!r} is not one of {NET_TRANSPORTS}")
-    _config = replace(cfg, **changes)  # type: ignore[arg-type]
+    parsed: dict[str, Any] = {}
+    for name, value in changes.items():
+        row = BY_NAME.get(name) or BY_NAME.get(f"planner.{name}")
+        if row is None:
+            known = ", ".join(s.name.removeprefix("planner.") for s in SETTINGS)
+            raise ValueError(f"hocc.configure: no setting {name!r}; the settings are {known}")
+        if value is None and row.parse in (_text, _ring_ops):
+            parsed[row.name] = None
+        else:
+            parsed[row.name] = row.parse(value, name)
+    _config = _apply(get_config(), parsed)
     return _config
 
 
@@ -262,5 +318,5 @@ def reset_config() -> None:
     _config = None
 
 
-__all__ = ["algo_choices", "CALL_SETTINGS", "ENGINE_SETTINGS", "NET_TRANSPORTS", "Config", "CostParams",
-           "PlannerConfig", "configure", "get_config", "reset_config"]
+__all__ = ["algo_choices", "BY_NAME", "CALL_SETTINGS", "ENGINE_SETTINGS", "NET_TRANSPORTS", "SETTINGS", "Config",
+           "CostParams", "PlannerConfig", "Setting", "configure", "get_config", "reset_config", "settings_markdown"]

@@ -9,12 +9,14 @@ import dataclasses
 import logging
 import os
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 
 import hocc
-from hocc.config import CALL_SETTINGS, ENGINE_SETTINGS, Config, reset_config
+from hocc.config import CALL_SETTINGS, ENGINE_SETTINGS, SETTINGS, Config, configure, reset_config, settings_markdown
 from hocc.engine.engine import Engine
 from hocc.engine.registry import find_engine
 from tests.worlds import hocc_env, run_world
@@ -30,6 +32,58 @@ def test_every_setting_is_read_at_one_time() -> None:
     base = Config()
     assert dataclasses.replace(base, algo="ring", debug=True).engine_settings() == base.engine_settings()
     assert dataclasses.replace(base, shm_piece_bytes=8192).engine_settings() != base.engine_settings()
+
+
+def test_one_table_gives_every_setting_and_the_docs() -> None:
+    """SETTINGS has a row per Config field (and the planner fields it sets),
+    and docs/settings.md's table is the one settings_markdown() makes of it."""
+    fields = {f.name for f in dataclasses.fields(Config)}
+    assert {s.name for s in SETTINGS if "." not in s.name} == fields
+    planner = {f.name for f in dataclasses.fields(Config().planner)}
+    assert {s.name.split(".", 1)[1] for s in SETTINGS if "." in s.name} <= planner
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
+    assert settings_markdown() in doc, "docs/settings.md's table is stale: paste hocc.config.settings_markdown()"
+
+
+VALID = {"algo": "ring", "debug": "1", "ring_ops": "all_gather", "host_transport": "net", "check": "1",
+         "malloc_trim_s": "2.5", "record_dir": "/tmp/x", "planner.chunks": "4", "planner.min_chunk_bytes": "4096",
+         "planner.max_chunks": "8", "topology": "2x2", "trace": "true", "shm_piece_bytes": "8192",
+         "shm_wait": "yield", "record": "off", "tune": "0", "tuning_file": "/tmp/t.json", "net_transport": "gloo",
+         "ucx_spin_us": "0"}
+
+
+def _value(cfg: Config, name: str) -> object:
+    for part in name.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def test_the_environment_and_configure_agree() -> None:
+    """Each setting's variable and hocc.configure() go through one parser:
+    the same text gives the same value, and what one refuses (a word no
+    setting but a path or a name takes) the other refuses with the same message."""
+    reset_config()
+    try:
+        assert {s.name for s in SETTINGS if s.env} == set(VALID)  # every variable is exercised
+        for s in SETTINGS:
+            if s.env is None:
+                continue
+            short = s.name.removeprefix("planner.")
+            from_env = _value(Config.from_env({s.env: VALID[s.name]}), s.name)
+            assert from_env == _value(configure(**{short: VALID[s.name]}), s.name), s.name
+            if s.name in ("record_dir", "topology", "tuning_file"):
+                continue  # free text
+            with pytest.raises(ValueError) as by_env:
+                Config.from_env({s.env: "bogus!"})
+            before = hocc.config.get_config()
+            with pytest.raises(ValueError) as by_call:
+                configure(**{short: "bogus!"})
+            assert hocc.config.get_config() is before, f"{s.name}: a refused configure() changed the settings"
+            assert str(by_env.value).replace(s.env, short) == str(by_call.value), s.name
+        with pytest.raises(ValueError, match="no setting 'nope'"):
+            configure(nope=1)
+    finally:
+        reset_config()
 
 
 def test_import_patches_nothing_of_torch() -> None:

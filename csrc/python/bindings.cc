@@ -375,7 +375,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("ucx_unavailable", &ucx_unavailable, "'' when UCX can carry steps between hosts here, else why not");
   m.def("ucx_version", &ucx_version, "the UCX library's version ('' when built without UCX)");
   py::class_<UcxComm, Comm, std::shared_ptr<UcxComm>>(m, "UcxComm", "ring steps over UCX (transport/ucx.h)")
-      .def(py::init<int, int, double>(), py::arg("me"), py::arg("n"), py::arg("timeout_s"))
+      .def(py::init<int, int, double, double>(), py::arg("me"), py::arg("n"), py::arg("timeout_s"),
+           py::arg("spin_us"))
       .def_property_readonly("address", [](const UcxComm& c) { return py::bytes(c.address()); })
       .def("connect", [](UcxComm& c, const py::bytes& prev, const py::bytes& next) {
         std::string p = prev, q = next;

@@ -27,7 +27,7 @@ namespace hocc {
 std::string ucx_unavailable() { return "hocc._C was built without UCX (its headers were not found at build time)"; }
 std::string ucx_version() { return ""; }
 struct UcxComm::Impl {};
-UcxComm::UcxComm(int me, int n, double) : Comm(me, n) { throw Error("hocc ucx: " + ucx_unavailable()); }
+UcxComm::UcxComm(int me, int n, double, double) : Comm(me, n) { throw Error("hocc ucx: " + ucx_unavailable()); }
 UcxComm::~UcxComm() = default;
 std::string UcxComm::address() const { return ""; }
 void UcxComm::connect(const std::string&, const std::string&) {}
@@ -121,13 +121,7 @@ void received(void*, ucs_status_t st, const ucp_tag_recv_info_t* info, void* use
 // caught without a wake-up (which costs 50-70 us on these loaded 2 cores), and
 // sched_yield() hands the core to a runnable peer (with more ranks than cores,
 // often the one being waited for) while returning at once when there is none
-int64_t spin_ns() {
-  static const int64_t ns = [] {
-    const char* s = std::getenv("HOCC_UCX_SPIN_US");
-    return s && *s ? int64_t(std::atof(s) * 1000) : int64_t(50000);
-  }();
-  return ns;
-}
+// (the engine setting ucx_spin_us, HOCC_UCX_SPIN_US, passed in by the comm's maker: hocc/engine/ucx.py)
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -147,6 +141,7 @@ std::string ucx_version() {
 struct UcxComm::Impl {
   UcxComm& c;
   const double timeout_s;
+  const int64_t spin_ns;  // how long a wait polls before it sleeps (above)
   ucp_worker_h worker = nullptr;
   int efd = -1;        // the worker's event fd
   int wake = -1;       // an eventfd abort() writes, to end a sleep on efd
@@ -167,7 +162,7 @@ struct UcxComm::Impl {
   Scratch gathered;  // a tiny all_reduce's inputs, every member's
   Pending check_send, check_recv, data_send, data_recv;
 
-  Impl(UcxComm& c, double timeout_s) : c(c), timeout_s(timeout_s) {
+  Impl(UcxComm& c, double timeout_s, double spin_us) : c(c), timeout_s(timeout_s), spin_ns(int64_t(spin_us * 1e3)) {
     Context& ctx = context();
     if (!ctx.h) throw Error("hocc ucx: " + ctx.error);
     ucp_worker_params_t wp{};
@@ -300,11 +295,11 @@ struct UcxComm::Impl {
   }
 
   // Wait on the calling thread until `o` is done: progress the worker for up to
-  // spin_ns(), then sleep on its event fd (and abort()'s), waking at least every
+  // spin_ns, then sleep on its event fd (and abort()'s), waking at least every
   // 100 ms; a failed neighbour, an abort or the timeout end the wait.
   void wait(Pending& o, const std::string& what) {
     if (o.done) return finish(o, what);
-    const int64_t start = now_ns(), spin_until = start + spin_ns();
+    const int64_t start = now_ns(), spin_until = start + spin_ns;
     const int64_t deadline = start + int64_t(timeout_s * 1e9);
     for (;;) {
       ++progressed;
@@ -422,9 +417,9 @@ struct UcxComm::Impl {
   }
 };
 
-UcxComm::UcxComm(int me, int n, double timeout_s) : Comm(me, n) {
+UcxComm::UcxComm(int me, int n, double timeout_s, double spin_us) : Comm(me, n) {
   if (n < 1 || me < 0 || me >= n) throw Error("hocc ucx: member " + std::to_string(me) + " of " + std::to_string(n));
-  impl_ = std::make_unique<Impl>(*this, timeout_s);
+  impl_ = std::make_unique<Impl>(*this, timeout_s, spin_us);
 }
 
 UcxComm::~UcxComm() = default;

@@ -32,8 +32,8 @@ std::string ucx_version();
 
 class UcxComm final : public Comm {
  public:
-  // this rank is member `me` of `n`; every wait ends after `timeout_s`
-  UcxComm(int me, int n, double timeout_s);
+  // this rank is member `me` of `n`; every wait ends after `timeout_s`, and polls `spin_us` before it sleeps
+  UcxComm(int me, int n, double timeout_s, double spin_us);
   ~UcxComm() override;
   UcxComm(const UcxComm&) = delete;
   UcxComm& operator=(const UcxComm&) = delete;

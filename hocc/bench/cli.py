@@ -18,7 +18,7 @@ from hocc.bench.collectives import COLLECTIVES, OP_NAMES
 from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json, trials_table
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
-from hocc.config import algo_choices, get_config
+from hocc.config import algo_choices, get_config, reset_config
 from hocc.engine.registry import get_engine
 from hocc.plan.policy import settings_meta
 from hocc.plan.volumes import link_bound
@@ -90,7 +90,7 @@ def spec_from_args(a: argparse.Namespace) -> BenchSpec:
 def bounds_for(rows: list[Row], topo: Topology | None) -> dict[tuple[str, int], float]:
     """Link bounds, only where the topology spec states its link rates (the
     emulated cluster does): local --nprocs ranks have no NIC to be bound by."""
-    if topo is None or "@" not in os.environ.get("HOCC_TOPOLOGY", ""):
+    if topo is None or "@" not in (get_config().topology or ""):
         return {}
     out = {}
     for r in rows:
@@ -101,7 +101,7 @@ def bounds_for(rows: list[Row], topo: Topology | None) -> dict[tuple[str, int], 
 
 
 def _topology() -> Topology | None:
-    spec = os.environ.get("HOCC_TOPOLOGY")
+    spec = get_config().topology
     return parse_spec(spec) if spec else None
 
 
@@ -125,7 +125,7 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
         sys.stdout.write(f"# {title}\n# algorithms: {', '.join(spec.algos)} (interleaved per size); "
                          f"iters {spec.iters}, warmup {spec.warmup}, median per rank, -a {spec.average}\n")
         if topo is not None:
-            line = f"# topology {os.environ.get('HOCC_TOPOLOGY')}: hosts {topo.host_groups()}"
+            line = f"# topology {get_config().topology}: hosts {topo.host_groups()}"
             if bounds:
                 line += f", NIC {topo.links.nic.bandwidth * 8 / 1e6:g} Mbit/s; link bound = least time the NICs allow"
             sys.stdout.write(line + "\n")
@@ -137,7 +137,7 @@ def report(a: argparse.Namespace, spec: BenchSpec, rows: list[Row], world: int, 
     if a.json:
         meta: dict[str, Any] = {
             "command": " ".join(["hocc-bench", *sys.argv[1:]]), "world": world, "device": device,
-            "topology": os.environ.get("HOCC_TOPOLOGY"), "hosts": topo.host_groups() if topo else None,
+            "topology": get_config().topology, "hosts": topo.host_groups() if topo else None,
             "nic_bytes_per_s": topo.links.nic.bandwidth if topo else None,
             "dtype": str(spec.dtype)[6:], "redop": spec.redop, "iters": spec.iters, "warmup": spec.warmup,
             "average": spec.average, "algos": list(spec.algos), "hocc": hocc.__version__,
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     spec_from_args(a)  # argument errors before anything starts
     if a.topology:
-        os.environ["HOCC_TOPOLOGY"] = a.topology
+        os.environ["HOCC_TOPOLOGY"] = a.topology  # for the ranks this starts, which read it as hocc's setting
+        reset_config()  # and for this process's
         parse_spec(a.topology)
     if a.nprocs:
         from hocc.bench.launch import free_port, start_local_ranks

@@ -88,7 +88,7 @@ class Engine:
         self.transport = c.GroupTransport(info.rank, info.size, device_name(device))
         self.executor = c.Executor(self.transport)
         self.comms: Communicators | None = Communicators(info, prefix, self.transport, device, cfg.shm_piece_bytes,
-                                                         cfg.shm_wait, cfg.net_transport)
+                                                         cfg.shm_wait, cfg.net_transport, cfg.ucx_spin_us)
         self.executor.set_trace(cfg.trace)
         self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
                                  self.executor, self.comms.kinds)

@@ -24,14 +24,15 @@ _NONE = b"none:"  # an entry's prefix when its member has no UCX (the reason fol
 _said: set[str] = set()
 
 
-def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta, wanted: str) -> Any | None:
+def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta, wanted: str,
+               spin_us: int = 50) -> Any | None:
     """A connected UcxComm for member `me` of `n` (collective over the n
     members), or None where the group falls back to gloo ('auto' only)."""
     why = ucx_unavailable()
     comm = None
     if not why:
         try:
-            comm = load().UcxComm(me, n, timeout.total_seconds())
+            comm = load().UcxComm(me, n, timeout.total_seconds(), float(spin_us))
         except Exception as e:  # noqa: BLE001 - a worker that cannot start: the group decides below
             why = str(e)
     entry: bytes = comm.address if comm is not None else _NONE + why.encode()

@@ -19,13 +19,13 @@ world-scope collective is the two of them (hocc/paro/strategy.py)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from hocc.config import get_config
 from hocc.topology import from_hostnames, parse_spec
 
 
@@ -97,7 +97,7 @@ class Layout:
 
 
 def _hosts_from_topology(world: int) -> list[tuple[int, ...]]:
-    spec = os.environ.get("HOCC_TOPOLOGY", "").strip()
+    spec = get_config().topology  # hocc's setting (HOCC_TOPOLOGY, or configure(topology=...))
     if spec:
         topo = parse_spec(spec)
         if topo.world_size != world:
