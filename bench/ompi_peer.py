@@ -44,6 +44,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,7 @@ OMPI_WAYS = {  # label: MCA settings on top of the common ones
     "ompi_han": {"coll_han_priority": "100"},
 }
 HOCC_ALGOS = ("auto", "ho_ring")
+NOISY = 1.25  # a figure whose rounds' medians differ by more than this factor is marked ~
 
 
 def parse_size(text: str) -> int:
@@ -286,17 +288,22 @@ def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, w
         cluster.up()
         write_agent(work / "netns-rsh", cluster)
         print(f"# {name}: {sc.world} ranks on {sc.hosts} hosts, NIC {a.rate}; sizes {human(sizes[0])} .. "
-              f"{human(sizes[-1])}; work files in {work}", file=sys.stderr, flush=True)
+              f"{human(sizes[-1])}; {a.rounds} round(s); work files in {work}", file=sys.stderr, flush=True)
         yields = yield_check(cluster, work, py, a)
-        for way in ways:
-            print(f"# {name}: {way}", file=sys.stderr, flush=True)
-            before, t0 = nic_bytes(cluster), time.time()
-            if way == "hocc":
-                rows += run_hocc(cluster, work, a, sizes, iters, warmups)
-            else:
-                rows += run_ompi(cluster, work, py, way, a, sizes, iters, warmups)
-            nic[way] = nic_bytes(cluster) - before
-            print(f"# {name}: {way} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+        for rnd in range(a.rounds):
+            here = work / f"round{rnd}"  # each round's own output files
+            here.mkdir()
+            write_agent(here / "netns-rsh", cluster)
+            for way in (ways if rnd % 2 == 0 else ways[::-1]):  # the order alternates: a drift hits both ends
+                print(f"# {name}: round {rnd + 1}: {way}", file=sys.stderr, flush=True)
+                before, t0 = nic_bytes(cluster), time.time()
+                if way == "hocc":
+                    got = run_hocc(cluster, here, a, sizes, iters, warmups)
+                else:
+                    got = run_ompi(cluster, here, py, way, a, sizes, iters, warmups)
+                rows += [r | {"round": rnd} for r in got]
+                nic[way] = nic.get(way, 0) + nic_bytes(cluster) - before
+                print(f"# {name}: round {rnd + 1}: {way} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
         return rows, nic, yields
     except (KeyboardInterrupt, RuntimeError, subprocess.SubprocessError) as e:
         print(f"ompi_peer.py: stopping: {e}", file=sys.stderr)
@@ -306,6 +313,29 @@ def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, w
         if a.keep:
             shutil.copytree(work, a.keep, dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pool_rounds(rows: list[dict]) -> list[dict]:
+    """One row per (op, size, way) from every round's: the median of all the rounds' timed calls, each round's
+    median beside it (round_medians_s), the NIC bytes per call a median of the rounds'."""
+    keys = sorted({(r["op"], r["size"], r["way"]) for r in rows}, key=lambda k: (OPS.index(k[0]), k[1], k[2]))
+    out = []
+    for key in keys:
+        mine = sorted((r for r in rows if (r["op"], r["size"], r["way"]) == key), key=lambda r: r.get("round", 0))
+        row = {k: v for k, v in mine[0].items() if k not in ("round", "tag")}
+        row["times_s"] = [t for r in mine for t in r["times_s"]]
+        row["median_s"] = statistics.median(row["times_s"])
+        row["round_medians_s"] = [r["median_s"] for r in mine]
+        sent = [r["nic_tx_per_call"] for r in mine if r.get("nic_tx_per_call") is not None]
+        row["nic_tx_per_call"] = statistics.median(sent) if sent else None
+        if "wrong" in row:
+            row["wrong"] = sum(r.get("wrong", 0) for r in mine)
+        if "ran" in row:
+            row["ran"] = "/".join(sorted({r["ran"] for r in mine if r.get("ran")}))
+        if "trial_calls" in row:
+            row["trial_calls"] = [r.get("trial_calls") for r in mine]
+        out.append(row)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -344,6 +374,9 @@ def table(doc: dict) -> list[str]:
                     line.append("-")
                     continue
                 txt = ms(r["median_s"])
+                rounds = r.get("round_medians_s") or []
+                if len(rounds) > 1 and max(rounds) > NOISY * min(rounds):
+                    txt += " ~"
                 if w == "auto" and r.get("ran"):
                     txt += f" ({r['ran']})"
                 if r.get("wrong"):
@@ -398,7 +431,8 @@ def report(out_dir: Path) -> str:
         y = m.get("yield_check_s", {})
         lines += ["", f"## {d['scenario']} at {d['rate']}", "",
                   f"`{d['file']}`: {m['world']} ranks on {m['hosts']} hosts (`{m['spec']}`), {m['date']}, "
-                  f"{m['seconds'] // 60} min for the whole run; {m['library']}; hocc at {m['hocc_commit']}. "
+                  f"{m.get('rounds', 1)} round(s), {m['seconds'] // 60} min for the whole run; {m['library']}; hocc at "
+                  f"{m['hocc_commit']}. "
                   + (f"Yield check, the 32 B MPI_Allreduce: {ms(y['yield0'])} ms spinning, {ms(y['yield1'])} ms "
                      "yielding." if y else ""), ""]
         lines += table(d)
@@ -413,10 +447,12 @@ HOW = [
     "## How the figures are taken",
     "",
     "Each section is one scenario's run: one emulated cluster (bench/cluster.py's namespaces and shaped "
-    "veths), on which hocc and gloo run first, then Open MPI with `tuned`, then Open MPI with `han`. Times are "
-    "milliseconds per call: every rank begins the call after a barrier, a call's time is its slowest rank's "
-    "(max over ranks), each figure the median of the timed calls after warm-ups (20 calls up to 256 KiB, 10 "
-    "up to 2 MiB, 5 up to 16 MiB, 3 above; 3, 2, 1, 1 warm-ups). Size is nccl-tests': the all-reduce "
+    "veths), on which hocc and gloo run, then Open MPI with `tuned`, then Open MPI with `han`, and then the "
+    "three again in the reverse order (`--rounds 2`: a drift of the shared machine's load hits both ends). Times "
+    "are milliseconds per call: every rank begins the call after a barrier (its library's own), a call's time "
+    "is its slowest rank's (max over ranks), each figure the median of both rounds' timed calls after warm-ups "
+    "(per round 20 calls up to 256 KiB, 10 up to 2 MiB, 5 up to 16 MiB, 3 above; 3, 2, 1, 1 warm-ups); `~` "
+    "marks a figure whose two rounds' medians differ by more than 25%. Size is nccl-tests': the all-reduce "
     "buffer, the all-gather output, the reduce-scatter input, float32. Every result was checked once "
     "against the exact answer for Open MPI (a wrong count would show in the cell). hocc's and gloo's calls "
     "are interleaved call by call (bench/per_host_run.py, 1 thread per rank); hocc auto is timed after it "
@@ -457,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--hocc-algos", default=",".join(HOCC_ALGOS), help="hocc's ways beside gloo's own call")
     p.add_argument("--ways", default="hocc,ompi_tuned,ompi_han", help="which runs (hocc = hocc and gloo)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="run every way this many times on the one cluster, the order reversed each round; the "
+                        "figures pool the rounds' calls (default 2)")
     p.add_argument("--python", default=sys.executable, help="interpreter with hocc installed (hocc's side)")
     p.add_argument("--venv", type=Path, default=VENV, help="Open MPI's side: mpi4py and numpy (made if missing)")
     p.add_argument("--port", type=int, default=29650)
@@ -481,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     py = ensure_venv(a.venv)
     sc = emulated.SCENARIOS[a.scenario]
     name = a.name or f"{a.scenario}-{a.rate}"
-    command = "sudo .venv/bin/python bench/ompi_peer.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--keep" in given:  # where the logs were copied: not part of what was measured
+        del given[given.index("--keep"):given.index("--keep") + 2]
+    command = "sudo .venv/bin/python bench/ompi_peer.py " + shlex.join(given)
 
     with open(LOCK, "w") as lock:  # one benchmark at a time on a shared machine (docs/testbed.md)
         print(f"# waiting for {LOCK}", file=sys.stderr, flush=True)
@@ -492,12 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     rows, nic, yields = got
     ranks = [r for r in rows if r.get("kind") == "ranks"]
-    rows = [r for r in rows if r.get("kind") != "ranks"]
+    rows = pool_rounds([r for r in rows if r.get("kind") != "ranks"])
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     meta = {
         "world": sc.world, "hosts": sc.hosts, "rate": a.rate, "spec": sc.spec(a.rate, a.trunk_rate),
-        "sizes": sizes, "iters": list(iters), "warmups": list(warmups), "ways": ways,
+        "sizes": sizes, "iters": list(iters), "warmups": list(warmups), "ways": ways, "rounds": a.rounds,
         "date": datetime.date.today().isoformat(), "seconds": round(time.time() - started),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "library": ranks[0]["library"].split(",")[0] if ranks else "-",
