@@ -241,13 +241,26 @@ def mpirun(cluster: emulated.Cluster, work: Path, py: Path, way: str, mca: dict[
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             raise RuntimeError(f"{way}: timed out after {timeout} s (log: {log})") from None
+        finally:
+            stop_mpirun(proc)
     text = log.read_text()
     if rc:
         raise RuntimeError(f"{way}: mpirun exit {rc}:\n{text[-3000:]}")
     return [json.loads(line) for line in out.read_text().splitlines()], text
+
+
+def stop_mpirun(proc: subprocess.Popen[bytes]) -> None:
+    """If mpirun still runs (a timeout, Ctrl-C): SIGTERM, which has it end its job and daemons (they run
+    daemonized in the hosts' namespaces), then SIGKILL its process group after 10 s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def run_ompi(cluster: emulated.Cluster, work: Path, py: Path, way: str, a: argparse.Namespace,
