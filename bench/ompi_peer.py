@@ -8,14 +8,16 @@ per host, shaped veths into a bridge), then runs on it, in turn:
    interleaved call by call, auto first run until it has decided each size's bucket);
 2. Open MPI's own MPI_Allreduce, MPI_Allgather and MPI_Reduce_scatter_block (bench/ompi_collectives.py, mpi4py)
    with its default `tuned` selection;
-3. the same with its hierarchical `han` component first (coll_han_priority 100).
+3. the same with its hierarchical `han` component first (coll_han_priority 100);
 
-Every call is timed the same way: all ranks begin it after a barrier, a call's time is its slowest rank's, a size's
-figure the median of its timed calls after warm-ups. Results go to --out-dir as <scenario>-<rate>.json (raw) and
-the tables of every scenario there are rewritten into README.md.
+and then (--rounds 2) the three again in the reverse order. Before them, the 32 B MPI_Allreduce with the ranks
+spinning and yielding (the yield check). Every call is timed the same way: all ranks begin it after a barrier, a
+call's time is its slowest rank's, a size's figure the median of its timed calls after warm-ups, pooled over the
+rounds. Results go to --out-dir as <scenario>-<rate>.json (raw) and the tables of every scenario there are
+rewritten into README.md (with notes.md, hand-written, if it is there).
 
     sudo .venv/bin/python bench/ompi_peer.py 2x4 --rate 200mbit              # 32 B .. 64 MiB, x8
-    sudo .venv/bin/python bench/ompi_peer.py 2x4 --rate 1gbit -b 32 -e 1M     # a short run
+    sudo .venv/bin/python bench/ompi_peer.py 2x4 --rate 1gbit -b 32 -e 1M -f 32 --rounds 1 --out-dir /tmp/p  # short
     .venv/bin/python bench/ompi_peer.py --report                              # only rewrite README.md
 
 Open MPI comes from Debian (openmpi-bin, libopenmpi-dev; apt-get install when mpirun is missing) and runs from a
@@ -28,8 +30,9 @@ gets:
 - byte transfer layers `self,vader,tcp` on pml ob1: shared memory (vader) only between ranks of one node, which
   is one namespace, TCP between nodes, only on the hosts' shaped veths (btl_tcp_if_include and
   oob_tcp_if_include the cluster's subnet);
-- ranks yield when idle (mpi_yield_when_idle 1): 8 ranks on 2 cores, Open MPI's spinning ranks otherwise take
-  the cores the ranks they wait for need (the measurement in the README);
+- ranks yield when idle (--mca mpi_yield_when_idle 1 on the command line: the launcher sets the variable in each
+  rank's environment itself, over one exported to mpirun): 8 ranks on 2 cores, spinning ranks take the cores the
+  ranks they wait for need (the yield check);
 - no binding (--bind-to none), as hocc's ranks.
 """
 
