@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import IO
 
 PREFIX = "hocc"
 SUBNET = "10.77.0"
@@ -141,8 +142,10 @@ class Cluster:
         for br in self.bridges:
             sh("ip", "link", "del", br, check=False)
 
-    def launch(self, bench_args: list[str], python: str, port: int,
-               script: str | None = None) -> list[subprocess.Popen[bytes]]:
+    def launch(self, bench_args: list[str], python: str, port: int, script: str | None = None,
+               rank0_out: IO[bytes] | None = None) -> list[subprocess.Popen[bytes]]:
+        """Start every rank; rank 0 prints (to this process's stdout and stderr, or to `rank0_out`), the others
+        are quiet."""
         sc = self.sc
         master = "127.0.0.1" if sc.hosts == 1 else f"{SUBNET}.{sc.host_of(0) + 1}"
         procs = []
@@ -158,10 +161,46 @@ class Cluster:
             # run without HOCC_TOPOLOGY detects the emulated hosts, as it would real ones
             cmd = ["ip", "netns", "exec", self.namespaces[h], "unshare", "--uts", "sh", "-c",
                    f'hostname {PREFIX}-host{h} && exec "$@"', "sh", python, *prog, *bench_args]
-            quiet = r != 0
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None,
-                                          stderr=subprocess.DEVNULL if quiet else None, start_new_session=True))
+            out = subprocess.DEVNULL if r != 0 else rank0_out
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True))
         return procs
+
+
+def nic_tx_bytes() -> int | None:
+    """Bytes the emulated host's NIC (hocc-v<h>, seen from inside its namespace) has sent so far; None outside
+    one. `ip netns exec` mounts the namespace's own /sys, so a rank reads its host's counter."""
+    try:
+        devs = sorted(d for d in os.listdir("/sys/class/net") if d.startswith(f"{PREFIX}-v") and not d.endswith("b"))
+        if not devs:
+            return None
+        with open(f"/sys/class/net/{devs[0]}/statistics/tx_bytes") as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
+def wait_ranks(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """Wait for every rank to exit 0; RuntimeError as soon as one fails, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(pr.poll() is None for pr in procs):
+        if any(pr.poll() not in (None, 0) for pr in procs):
+            raise RuntimeError("a rank failed: " + ", ".join(f"rank {i} exit {pr.returncode}"
+                                                             for i, pr in enumerate(procs) if pr.returncode))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout} s")
+        time.sleep(0.2)
+    bad = [i for i, pr in enumerate(procs) if pr.returncode]
+    if bad:
+        raise RuntimeError(f"ranks {bad} failed")
+
+
+def kill_ranks(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill what is left of the ranks (each in a session of its own) and reap them."""
+    for pr in procs:
+        if pr.poll() is None:
+            os.killpg(pr.pid, signal.SIGKILL)
+    for pr in procs:
+        pr.wait()
 
 
 def cleanup_all() -> None:
@@ -230,27 +269,13 @@ def main(argv: list[str] | None = None) -> int:
               + (f", trunk {a.trunk_rate}" if sc.switches > 1 else "")
               + f"; HOCC_TOPOLOGY={sc.spec(a.rate, a.trunk_rate)}", flush=True)
         procs = cluster.launch(bench_args, a.python, a.port, a.script)
-        deadline = time.monotonic() + a.timeout
-        while any(pr.poll() is None for pr in procs):
-            if any(pr.poll() not in (None, 0) for pr in procs):
-                raise RuntimeError("a rank failed: " + ", ".join(f"rank {i} exit {pr.returncode}"
-                                                                 for i, pr in enumerate(procs) if pr.returncode))
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {a.timeout} s")
-            time.sleep(0.2)
-        bad = [i for i, pr in enumerate(procs) if pr.returncode]
-        if bad:
-            raise RuntimeError(f"ranks {bad} failed")
+        wait_ranks(procs, a.timeout)
         return 0
     except (KeyboardInterrupt, RuntimeError) as e:
         print(f"cluster.py: stopping: {e}", file=sys.stderr)
         return 1
     finally:
-        for pr in procs:
-            if pr.poll() is None:
-                os.killpg(pr.pid, signal.SIGKILL)
-        for pr in procs:
-            pr.wait()
+        kill_ranks(procs)
         cluster.down()
 
 

@@ -10,7 +10,10 @@ line per (op, way):
 
 hocc-bench differs on purpose: back-to-back iterations of one algorithm, no
 barrier between them, rank 0's time (nccl-tests' way). bench/regression.py
-runs this script for two commits side by side (docs/testbed.md)."""
+runs this script for two commits side by side (docs/testbed.md); bench/ompi_peer.py
+runs it for a sweep of sizes (--size as a comma list, --iters and --warmup one
+per size, --decide-auto, --out) beside Open MPI's own collectives, timed the
+same way (bench/ompi_collectives.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +25,22 @@ import time
 
 import torch
 import torch.distributed as dist
+from cluster import nic_tx_bytes  # bench/cluster.py
 
 import hocc
 from hocc.bench.collectives import COLLECTIVES
+from hocc.bench.runner import BenchSpec, _until_decided
 from hocc.bench.sizes import parse_size
+
+
+def _per_size(text: str, n: int) -> list[int]:
+    """One number for every size, or a comma list of one per size."""
+    xs = [int(x) for x in text.split(",")]
+    if len(xs) == 1:
+        xs *= n
+    if len(xs) != n:
+        raise SystemExit(f"per_host_run.py: {text!r}: give one number or one per size ({n})")
+    return xs
 
 
 def _gloo(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
@@ -40,41 +55,75 @@ def _gloo(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="16M", help="bytes per call, as hocc-bench's -b (K, M, G)")
+    p.add_argument("--size", default="16M", help="bytes per call, as hocc-bench's -b (K, M, G); a comma list runs "
+                                                 "each size in turn (ops outer, sizes inner)")
     p.add_argument("--ops", default="all_reduce", help="comma list of all_reduce, all_gather, reduce_scatter")
     p.add_argument("--algos", default="ho_ring", help="hocc's ways, comma list (gloo's own call always runs)")
-    p.add_argument("--iters", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--iters", default="3", help="timed calls: one number, or one per size")
+    p.add_argument("--warmup", default="1", help="warm-up calls: one number, or one per size")
+    p.add_argument("--decide-auto", action="store_true",
+                   help="before a size's calls, call auto until it has decided the size's bucket (its trials, as "
+                        "hocc-bench does), so the timed calls are auto as a user meets it after them")
+    p.add_argument("--out", help="rank 0 also appends its JSON lines to this file")
     p.add_argument("--tag", default="", help="copied into each JSON line (e.g. the commit)")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    nbytes = parse_size(a.size)
+    sizes = [parse_size(x) for x in a.size.split(",")]
+    iters, warmups = _per_size(a.iters, len(sizes)), _per_size(a.warmup, len(sizes))
     ways = ["gloo", *a.algos.split(",")]
+    cpu = torch.device("cpu")
     for op in a.ops.split(","):
         coll = COLLECTIVES[op]  # nccl-tests' sizes and data, as hocc-bench's
-        inp, out = coll.buffers(nbytes, torch.float32, world, rank, torch.device("cpu"))
-        fresh = inp.clone()
-        times: dict[str, list[float]] = {w: [] for w in ways}
-        for it in range(a.warmup + a.iters):
-            for way in ways:
-                dist.barrier()
-                t0 = time.perf_counter()
-                if way == "gloo":
-                    _gloo(op, inp, out)
-                else:
-                    coll.launch(inp, out, "sum", way)
-                took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-                dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
-                if it >= a.warmup:
-                    times[way].append(float(took))
+        for nbytes, n_iter, n_warm in zip(sizes, iters, warmups, strict=True):
+            inp, out = coll.buffers(nbytes, torch.float32, world, rank, cpu)
+            fresh = inp.clone()
+            trial_calls = None
+            if a.decide_auto and "auto" in ways:
+                spec = BenchSpec((op,), (nbytes,), ("auto",), torch.float32, "sum", n_iter, n_warm, 0, 3)
+                trial_calls, _ = _until_decided(coll, nbytes, spec, cpu)
                 if op == "all_reduce":
-                    inp.copy_(fresh)  # in place: keep the values bounded
-        if rank == 0:
-            for way in ways:
-                print(json.dumps({"tag": a.tag, "op": op, "size": nbytes, "way": way, "world": world,
-                                  "median_s": statistics.median(times[way]), "times_s": times[way]}), flush=True)
+                    inp.copy_(fresh)
+            times: dict[str, list[float]] = {w: [] for w in ways}
+            sent: dict[str, list[int]] = {w: [] for w in ways}  # bytes rank 0's host NIC sent per call
+            ran: dict[str, str] = {}
+            for it in range(n_warm + n_iter):
+                for way in ways:
+                    tx0 = nic_tx_bytes() if rank == 0 else None
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    if way == "gloo":
+                        _gloo(op, inp, out)
+                    else:
+                        coll.launch(inp, out, "sum", way)
+                    took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                    dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
+                    if it >= n_warm:
+                        times[way].append(float(took))
+                        tx1 = nic_tx_bytes() if tx0 is not None else None
+                        if tx0 is not None and tx1 is not None:
+                            sent[way].append(tx1 - tx0)
+                    if way != "gloo":
+                        plan = hocc.last_plan(device="cpu")
+                        ran[way] = plan.algo if plan is not None else way
+                    if op == "all_reduce":
+                        inp.copy_(fresh)  # in place: keep the values bounded
+            if rank == 0:
+                for way in ways:
+                    row = {"tag": a.tag, "op": op, "size": max(inp.numel(), out.numel()) * inp.element_size(),
+                           "way": way, "world": world, "median_s": statistics.median(times[way]),
+                           "times_s": times[way]}
+                    if way in ran:
+                        row["ran"] = ran[way]
+                    if sent[way]:
+                        row["nic_tx_per_call"] = statistics.median(sent[way])
+                    if way == "auto" and trial_calls is not None:
+                        row["trial_calls"] = trial_calls
+                    print(json.dumps(row), flush=True)
+                    if a.out:
+                        with open(a.out, "a") as f:
+                            f.write(json.dumps(row) + "\n")
     hocc.reset_engines()
     dist.destroy_process_group()
 
