@@ -179,6 +179,17 @@ def nic_tx_bytes() -> int | None:
         return None
 
 
+def per_size(text: str, n: int, who: str) -> list[int]:
+    """A rank program's per-size count option (--iters, --warmup): one number for every one of the n
+    sizes, or a comma list of one per size; `who` names the program in the error."""
+    xs = [int(x) for x in text.split(",")]
+    if len(xs) == 1:
+        xs *= n
+    if len(xs) != n:
+        raise SystemExit(f"{who}: {text!r}: give one number or one per size ({n})")
+    return xs
+
+
 def wait_ranks(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
     """Wait for every rank to exit 0; RuntimeError as soon as one fails, or after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -25,7 +25,7 @@ import socket
 import statistics
 
 import numpy as np
-from cluster import nic_tx_bytes  # bench/cluster.py (stdlib only)
+from cluster import nic_tx_bytes, per_size  # bench/cluster.py (stdlib only)
 from mpi4py import MPI
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -72,15 +72,6 @@ def wrong(op: str, out: np.ndarray, world: int, rank: int) -> int:
     return int(np.count_nonzero(out != want))
 
 
-def int_list(text: str, n: int) -> list[int]:
-    xs = [int(x) for x in text.split(",")]
-    if len(xs) == 1:
-        xs *= n
-    if len(xs) != n:
-        raise SystemExit(f"ompi_collectives.py: {text!r}: one number, or one per size ({n})")
-    return xs
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", required=True, help="bytes, comma list")
@@ -93,7 +84,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     sizes = [int(x) for x in a.sizes.split(",")]
-    iters, warmup = int_list(a.iters, len(sizes)), int_list(a.warmup, len(sizes))
+    iters, warmup = (per_size(v, len(sizes), "ompi_collectives.py") for v in (a.iters, a.warmup))
     # where each rank runs: the emulated host is the UTS namespace's hostname, the namespace its addresses
     where = comm.gather((MPI.Get_processor_name(), socket.gethostname(), os.getpid(), os.readlink("/proc/self/ns/net"),
                          os.environ.get("OMPI_MCA_mpi_yield_when_idle")), root=0)  # noqa: SIM112 (Open MPI's name)

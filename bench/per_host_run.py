@@ -25,22 +25,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from cluster import nic_tx_bytes  # bench/cluster.py
+from cluster import nic_tx_bytes, per_size  # bench/cluster.py
 
 import hocc
 from hocc.bench.collectives import COLLECTIVES
 from hocc.bench.runner import BenchSpec, _until_decided
 from hocc.bench.sizes import parse_size
-
-
-def _per_size(text: str, n: int) -> list[int]:
-    """One number for every size, or a comma list of one per size."""
-    xs = [int(x) for x in text.split(",")]
-    if len(xs) == 1:
-        xs *= n
-    if len(xs) != n:
-        raise SystemExit(f"per_host_run.py: {text!r}: give one number or one per size ({n})")
-    return xs
 
 
 def _gloo(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
@@ -71,7 +61,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     sizes = [parse_size(x) for x in a.size.split(",")]
-    iters, warmups = _per_size(a.iters, len(sizes)), _per_size(a.warmup, len(sizes))
+    iters, warmups = (per_size(v, len(sizes), "per_host_run.py") for v in (a.iters, a.warmup))
     ways = ["gloo", *a.algos.split(",")]
     cpu = torch.device("cpu")
     for op in a.ops.split(","):
