@@ -304,10 +304,7 @@ def configure(**changes: object) -> Config:
         if row is None:
             known = ", ".join(s.name.removeprefix("planner.") for s in SETTINGS)
             raise ValueError(f"hocc.configure: no setting {name!r}; the settings are {known}")
-        if value is None and row.parse in (_text, _ring_ops):
-            parsed[row.name] = None
-        else:
-            parsed[row.name] = row.parse(value, name)
+        parsed[row.name] = row.parse(value, name)
     _config = _apply(get_config(), parsed)
     return _config
 
