@@ -44,6 +44,44 @@ uint64_t CallQueue::push(Job job) {
   return s_->pushed++;
 }
 
+bool CallQueue::run_here(const Job& job) {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    // queued or running, or stopped (push then says why): not here
+    if (s_->stopping || s_->completed.load(std::memory_order_relaxed) != s_->pushed) return false;
+    ticket = s_->pushed++;
+    s_->here = true;  // the worker starts nothing until this item ends
+    s_->running_since_ns.store(steady_ns(), std::memory_order_relaxed);
+  }
+  struct Finish {  // however the item is left
+    State& s;
+    ~Finish() { finish(s); }
+  } finish_here{*s_};
+  job(ticket);
+  return true;
+}
+
+void CallQueue::finish(State& s) {
+  bool tell;
+  uint64_t done;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    const bool here = s.here;
+    s.here = false;
+    s.running_since_ns.store(0, std::memory_order_relaxed);
+    done = s.completed.load(std::memory_order_relaxed) + 1;
+    s.completed.store(done, std::memory_order_release);
+    tell = s.watch < done && !s.orphaned;
+    if (tell) s.watch = UINT64_MAX;
+    s.done_cv.notify_all();
+    // the worker waits for an item run here to end only when one is queued behind it; waking it
+    // otherwise costs a sync call a thread switch (on a busy core, the peer rank's time)
+    if (here && !s.jobs.empty()) s.work_cv.notify_one();
+  }
+  if (tell && s.on_done) s.on_done(done);
+}
+
 uint64_t CallQueue::pushed() const {
   std::lock_guard<std::mutex> lk(s_->mu);
   return s_->pushed;
@@ -110,8 +148,12 @@ uint64_t CallQueue::cancel(const std::string& why) {
 
 void CallQueue::join() {
   if (on_worker()) return;  // the worker cannot wait for itself
-  std::lock_guard<std::mutex> lk(join_mu_);  // a second caller waits here for the first one's join
-  if (worker_.joinable()) worker_.join();
+  {
+    std::lock_guard<std::mutex> lk(join_mu_);  // a second caller waits here for the first one's join
+    if (worker_.joinable()) worker_.join();
+  }
+  std::unique_lock<std::mutex> lk(s_->mu);  // an item run on its caller's thread ends too
+  s_->done_cv.wait(lk, [&] { return !s_->here; });
 }
 
 void CallQueue::loop(std::shared_ptr<State> s) {
@@ -124,7 +166,7 @@ void CallQueue::loop(std::shared_ptr<State> s) {
     uint64_t ticket;
     {
       std::unique_lock<std::mutex> lk(s->mu);
-      s->work_cv.wait(lk, [&] { return !s->jobs.empty() || s->stopping; });
+      s->work_cv.wait(lk, [&] { return (!s->jobs.empty() && !s->here) || (s->stopping && s->jobs.empty()); });
       if (s->jobs.empty()) return;  // stopping, and nothing left to run
       job = std::move(s->jobs.front());
       s->jobs.pop_front();
@@ -138,18 +180,7 @@ void CallQueue::loop(std::shared_ptr<State> s) {
     } catch (...) {  // the bindings' jobs catch their own errors; this only keeps the worker alive
     }
     job = nullptr;
-    bool tell;
-    uint64_t done;
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      s->running_since_ns.store(0, std::memory_order_relaxed);
-      done = s->completed.load(std::memory_order_relaxed) + 1;
-      s->completed.store(done, std::memory_order_release);
-      tell = s->watch < done && !s->orphaned;
-      if (tell) s->watch = UINT64_MAX;
-      s->done_cv.notify_all();
-    }
-    if (tell && s->on_done) s->on_done(done);
+    finish(*s);
   }
 }
 

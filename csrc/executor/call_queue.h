@@ -8,7 +8,10 @@
 //
 // Items are plain functions of their ticket; the bindings make them (a plan
 // run, or a Python callable that takes the GIL itself), and they catch their
-// own errors. Tickets number the items from 0; item t
+// own errors. Every call of an engine is an item, sync or async: run_here()
+// runs a sync call's item on the caller's own thread when nothing is queued or
+// running (no hand-off; it takes a ticket, keeps the order and shows in
+// busy_for like any other), else the caller pushes it. Tickets number the items from 0; item t
 // is done once completed() > t. cancel() drops the items not begun: their
 // waits return kDropped, and the worker stops after the item it runs.
 #pragma once
@@ -38,6 +41,10 @@ class CallQueue {
 
   // The next ticket; the job runs after every earlier one. Throws once closed or cancelled.
   uint64_t push(Job job);
+  // A sync call's item, run on this thread now if the queue is idle: true once it ran (an exception
+  // it throws passes through, the item counted done); false, and nothing done, if not or if the
+  // queue has stopped (push it: push says why).
+  bool run_here(const Job& job);
   // Blocks until item `ticket` is done or dropped, or timeout_s (< 0: no limit) has passed.
   Wait wait(uint64_t ticket, double timeout_s = -1);
   uint64_t completed() const { return s_->completed.load(std::memory_order_acquire); }
@@ -55,7 +62,9 @@ class CallQueue {
   // Drop what is not begun (their tickets: [first, pushed)), stop after the running item; returns first.
   // Does not join (the caller may be the worker): join() does.
   uint64_t cancel(const std::string& why);
-  void join();  // any number of threads at once; returns at once on the worker itself
+  // Waits for the worker to stop and for an item run_here() runs to end; any number of threads at
+  // once; returns at once on the worker itself
+  void join();
   std::string why_stopped() const;
 
  private:
@@ -70,6 +79,7 @@ class CallQueue {
     uint64_t dropped_from = UINT64_MAX;        // the first dropped ticket
     uint64_t watch = UINT64_MAX;               // the lowest ticket someone waits to hear of
     std::atomic<int64_t> running_since_ns{0};  // steady clock; 0: idle
+    bool here = false;                         // an item runs on its caller's thread (run_here)
     bool stopping = false;                     // close(): stop once empty; cancel(): at once
     bool orphaned = false;                     // the queue is gone: tell nobody anything
     std::atomic<bool> ended{false};            // the worker left its loop
@@ -77,6 +87,7 @@ class CallQueue {
     std::function<void(uint64_t)> on_done;
   };
   static void loop(std::shared_ptr<State> s);
+  static void finish(State& s);  // the running item ended: count it done, tell waiters and on_done
 
   std::shared_ptr<State> s_;
   std::mutex join_mu_;  // std::thread::join from two threads at once is undefined

@@ -69,6 +69,49 @@ auto without_gil(F&& fn) {
   }
 }
 
+// How a plan run ended: message empty if it ran to its end.
+struct Failure {
+  std::string message;
+  bool mismatch = false;
+};
+
+// One plan run with everything it needs by value (the plan, executor and tensors are kept alive on
+// the Python side until its item is done); no Python in it. Once the group failed (`failed`), it
+// does not start; a run that fails sets `failed`, so that later runs do not start, whatever Python does.
+class PlanRun {
+ public:
+  PlanRun(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
+          const std::string& op, const std::optional<CallTuple>& call, int64_t seq)
+      : ex_(&e), plan_(&plan), input_(input), output_(output), dtype_(parse_dtype(dtype)), op_(parse_op(op)),
+        average_(op == "avg"), id_(call_id(call, dtype, op)), seq_(seq) {}
+
+  Failure operator()(std::atomic<bool>& failed) const {
+    if (failed.load(std::memory_order_acquire)) return {"the group failed earlier", false};  // the engine answers
+    Failure f;
+    try {
+      ex_->run(*plan_, {ptr(input_), ptr(output_), nullptr}, dtype_, op_, average_, nullptr, id_ ? &*id_ : nullptr,
+               seq_);
+      return f;
+    } catch (const MismatchError& x) {
+      f = {x.what(), true};
+    } catch (const std::exception& x) {
+      f = {x.what(), false};
+    }
+    failed.store(true, std::memory_order_release);
+    return f;
+  }
+
+ private:
+  Executor* ex_;
+  const Plan* plan_;
+  uintptr_t input_, output_;
+  DType dtype_;
+  RedOp op_;
+  bool average_;
+  std::optional<CallId> id_;
+  int64_t seq_;
+};
+
 class PyCallQueue {
  public:
   PyCallQueue(py::function on_error, py::function on_done)
@@ -88,38 +131,39 @@ class PyCallQueue {
     q_.reset();
   }
 
+  // Queue Executor.run of `plan`: no Python runs for it unless it fails (on_error, under the GIL).
   uint64_t push_run(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
                     const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
-    const DType t = parse_dtype(dtype);
-    const RedOp o = parse_op(op);
-    const bool average = op == "avg";
-    const std::optional<CallId> id = call_id(call, dtype, op);
-    Executor* ex = &e;
-    const Plan* p = &plan;
-    return q_->push([this, ex, p, input, output, t, o, average, id, seq](uint64_t ticket) {
-      std::string error;
-      bool mismatch = false;
-      if (failed_.load(std::memory_order_acquire)) {
-        error = "the group failed earlier";  // on_error answers with the engine's own message
-      } else {
-        try {
-          ex->run(*p, {ptr(input), ptr(output), nullptr}, t, o, average, nullptr, id ? &*id : nullptr, seq);
-          return;
-        } catch (const MismatchError& x) {
-          error = x.what(), mismatch = true;
-        } catch (const std::exception& x) {
-          error = x.what();
-        }
-        failed_.store(true, std::memory_order_release);  // later runs must not start, whatever Python does
-      }
-      if (python_ending()) return;
+    PlanRun run(e, plan, input, output, dtype, op, call, seq);
+    return q_->push([this, run](uint64_t ticket) {
+      Failure f = run(failed_);
+      if (f.message.empty() || python_ending()) return;
       py::gil_scoped_acquire gil;
       try {
-        on_error_(ticket, error, mismatch);
+        on_error_(ticket, f.message, f.mismatch);
       } catch (py::error_already_set& x) {
         x.discard_as_unraisable("hocc call queue: on_error");
       }
     });
+  }
+
+  // A sync call's plan run on this thread, without the GIL, if nothing is queued or running: true once
+  // it ran, and its failure raises here (MismatchError or Error: the engine names it); false if the
+  // queue is busy (nothing done: push_run it).
+  bool run_here(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
+                const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
+    PlanRun run(e, plan, input, output, dtype, op, call, seq);
+    Failure f;
+    const bool ran = without_gil([&] { return q_->run_here([&](uint64_t) { f = run(failed_); }); });
+    if (f.mismatch) throw MismatchError(f.message);
+    if (!f.message.empty()) throw Error(f.message);
+    return ran;
+  }
+
+  // fn() on this thread (holding the GIL) if nothing is queued or running: true once it ran (its
+  // exception raises here); false if the queue is busy (nothing done: push_python it).
+  bool run_python_here(const py::function& fn) {
+    return q_->run_here([&](uint64_t) { fn(); });
   }
 
   uint64_t push_python(py::function fn) {
@@ -182,6 +226,11 @@ void bind_call_queue(py::module_& m) {
            py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
            "queue Executor.run of `plan` (no Python runs for it unless it fails); returns its ticket")
       .def("push_python", &PyCallQueue::push_python, py::arg("fn"), "queue fn() (run holding the GIL); its ticket")
+      .def("run_here", &PyCallQueue::run_here, py::arg("executor"), py::arg("plan"), py::arg("input"),
+           py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
+           "a sync call's plan run on this thread if the queue is idle (its failure raises); False if busy")
+      .def("run_python_here", &PyCallQueue::run_python_here, py::arg("fn"),
+           "fn() on this thread if the queue is idle (its exception raises); False if busy")
       .def("wait", &PyCallQueue::wait, py::arg("ticket"), py::arg("timeout_s") = -1.0,
            "0: done, 1: dropped by cancel(), 2: timed out")
       .def_property_readonly("completed", [](PyCallQueue& q) { return q.q().completed(); })

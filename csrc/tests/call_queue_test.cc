@@ -3,7 +3,7 @@
 // see them done; watch() calls back; close() runs what is queued; cancel()
 // from another thread or from the worker drops what has not begun and never
 // loses or repeats the item that runs; a queue destroyed by its own item lets
-// that item end.
+// that item end; an item run on its caller's thread (run_here) keeps the order.
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -154,6 +154,72 @@ void joins_and_thread_ids() {
   EXPECT(!on_worker, "once the worker has ended no thread is its worker");
 }
 
+// run_here: a sync call's item on its caller's thread, only when nothing is queued or running;
+// meanwhile the worker starts nothing pushed behind it; its exception passes, counted done; join waits.
+void runs_here() {
+  CallQueue q;
+  const auto me = std::this_thread::get_id();
+  std::thread::id ran_on;
+  uint64_t got = 99;
+  bool busy = false;
+  EXPECT(q.run_here([&](uint64_t t) { ran_on = std::this_thread::get_id(), got = t, busy = q.busy_for() > 0.0; }),
+         "an idle queue runs the item here");
+  EXPECT(ran_on == me && got == 0 && busy && q.completed() == 1 && q.idle(),
+         "on the caller's thread, with ticket 0, busy while it ran, done after");
+
+  std::atomic<bool> release{false}, started{false};
+  const uint64_t slow = q.push([&](uint64_t) {
+    started.store(true);
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!started.load()) std::this_thread::yield();
+  bool ran = false;
+  EXPECT(!q.run_here([&](uint64_t) { ran = true; }) && !ran && q.pushed() == slow + 1,
+         "a busy queue leaves the item to push (nothing ran, no ticket taken)");
+  release.store(true);
+  EXPECT(q.wait(slow) == CallQueue::kDone, "the worker's item ends");
+
+  std::vector<int> order;  // written by the item here, then by the worker's, never at once
+  std::atomic<bool> inside{false}, pushed{false};
+  std::thread pusher([&] {
+    while (!inside.load()) std::this_thread::yield();
+    q.push([&](uint64_t) { order.push_back(2); });
+    pushed.store(true);
+  });
+  EXPECT(q.run_here([&](uint64_t) {
+    inside.store(true);
+    while (!pushed.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker would start now if it could
+    order.push_back(1);
+  }), "run here while another thread pushes");
+  pusher.join();
+  EXPECT(q.wait(q.pushed() - 1) == CallQueue::kDone, "the pushed item runs after");
+  EXPECT(order == std::vector<int>({1, 2}), "an item pushed behind one run here starts after it ends");
+
+  bool passed = false;
+  try {
+    q.run_here([](uint64_t) { throw hocc::Error("planted"); });
+  } catch (const hocc::Error& e) {
+    passed = std::string(e.what()) == "planted";
+  }
+  EXPECT(passed && q.idle(), "an item run here that throws: the error passes through, the item counted done");
+
+  std::atomic<bool> joined{false};
+  std::thread runner([&] {
+    q.run_here([&](uint64_t) {
+      inside.store(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      EXPECT(!joined.load(), "join waits for an item run here");
+    });
+  });
+  while (q.idle()) std::this_thread::yield();
+  q.cancel("stopped for the test");
+  q.join();
+  joined.store(true);
+  runner.join();
+  EXPECT(!q.run_here([](uint64_t) {}), "a stopped queue runs nothing here (push says why)");
+}
+
 }  // namespace
 
 void call_queue_checks() {
@@ -166,7 +232,8 @@ void call_queue_checks() {
   destroy_with_items();
   destroyed_by_its_item();
   joins_and_thread_ids();
-  std::printf("  call queue: order, waits from threads, watch, close, cancel (%.1f s)\n", since(t0));
+  runs_here();
+  std::printf("  call queue: order, waits from threads, watch, close, cancel, run here (%.1f s)\n", since(t0));
 }
 
 }  // namespace hocc_test

@@ -213,36 +213,48 @@ class Engine:
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
             self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
                                entry, time.time_ns())
-        if (async_op or not self._queue.idle) and self._plain(entry, trial, cfg):
-            return self._queue_run(entry, inp, out, reduce_op, call, cfg, async_op)
+        if self._plain(entry, trial, cfg):
+            return self._run_plain(entry, inp, out, reduce_op, call, cfg, async_op)
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
                            (None, call))
 
     def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
-        """Whether a call is the executor's run alone, with no Python around it on
-        the worker: a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace."""
+        """Whether a call is the executor's run alone, with no Python around it:
+        a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace."""
         return (self.device.type == "cpu" and trial is None and entry.setup.done and cfg.check != "all"
                 and not self.cfg.trace)
 
-    def _queue_run(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
+    def _run_plain(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
                    cfg: Config, async_op: bool) -> Work | None:
-        """A plain call (_plain) queued straight to the C++ worker; a failure comes
-        back through _queued_run_failed, on the worker."""
+        """A plain call (_plain), straight into C++: a sync one on this thread when
+        the queue is idle (its failure raises here), else queued to the worker (its
+        failure comes back through _queued_run_failed, on the worker)."""
         native_call = call.native() if cfg.check != "off" else None
-        ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype_name(inp.dtype), reduce_op,
-                                      native_call, call.seq, (entry, call, cfg, inp, out))
+        dtype = dtype_name(inp.dtype)
+        if not async_op:
+            try:
+                if self._queue.run_here(self.executor, entry.native, inp, out, dtype, reduce_op, native_call, call.seq):
+                    return None
+            except (load().HoccNativeError, load().HoccMismatchError) as e:
+                raise self._run_failed(entry, call, cfg, e) from e
+        ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype, reduce_op, native_call, call.seq,
+                                      (entry, call, cfg, inp, out))
         return self._handed(Work(ticket, [out]), async_op)
 
     def _queued_run_failed(self, ticket: Ticket, why: str, mismatch: bool) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
         entry, call, cfg, _, _ = ticket.context
-        if self.failed is not None:  # an earlier call failed the group (this one did not run)
-            return self._not_run(call)
         c = load()
         err = c.HoccMismatchError(why) if mismatch else c.HoccNativeError(why)
-        exc = self._fail(call, entry.groups, err, cfg.record_dir)
+        exc = self._run_failed(entry, call, cfg, err)
         exc.__cause__ = err
         return exc
+
+    def _run_failed(self, entry: Compiled, call: Call, cfg: Config, err: Exception) -> CollectiveError:
+        """The error of a plain call's failed run, wherever it ran."""
+        if self.failed is not None:  # an earlier call failed the group (this one did not run)
+            return self._not_run(call)
+        return self._fail(call, entry.groups, err, cfg.record_dir)
 
     def _dropped(self, ticket: Ticket) -> BaseException:
         """The error of a queued call that abort() dropped before it began."""
@@ -266,7 +278,6 @@ class Engine:
         try:
             if check == "all":
                 check_all(self._checker(), call, self.rank, self.size, self.info.name)
-            self.watchdog.begin()
             if trial is None:
                 self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
             else:  # a tuning trial: timed (on a GPU, to its end on the stream), then reported
@@ -278,7 +289,6 @@ class Engine:
         except Exception as e:
             raise self._fail(call, entry.groups, e, cfg.record_dir) from e  # the unit's steps name the same stages
         finally:
-            self.watchdog.end()
             if trial is not None and trial.last:
                 trial.bucket.done.set()  # decided, or failed: no caller waits on it any longer
 
@@ -375,9 +385,7 @@ class Engine:
         thread when it is sync and nothing is queued, else as a Python item on
         the queue); block unless async_op."""
         stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-        if not async_op and self._queue.idle:
-            with on_stream(stream):
-                job()
+        if not async_op and self._queue.run_python_here(lambda: self._run_job(job, stream, here=True)):
             return None
         return self._handed(Work(self._queue.push_python(lambda: self._run_job(job, stream), context), result, stream),
                             async_op)
@@ -391,11 +399,12 @@ class Engine:
         return None
 
     @staticmethod
-    def _run_job(job: Callable[[], None], stream: Any) -> torch.cuda.Event | None:
-        """Run one queued call; on CUDA, return an event recorded after its kernels (Work waits on it)."""
+    def _run_job(job: Callable[[], None], stream: Any, here: bool = False) -> torch.cuda.Event | None:
+        """Run one call on `stream`; queued on CUDA, return an event recorded after its kernels (Work waits
+        on it). Run here (on the caller's thread, on its own stream) it needs none."""
         with on_stream(stream):
             job()
-            if stream is None:
+            if stream is None or here:
                 return None
             done = torch.cuda.Event()
             done.record(stream)

@@ -1,12 +1,15 @@
-"""An engine's queue of calls: one C++ worker thread runs them in the order
-they were made (csrc/executor/call_queue.h).
+"""An engine's queue of calls: every call is one of its items, run in the
+order the calls were made (csrc/executor/call_queue.h). A sync call runs its
+item on the caller's own thread when nothing is queued or running (run_here,
+run_python_here: no hand-off); otherwise, and for every async call, one C++
+worker thread runs it (push_run, push_python).
 
 A plan run goes from the caller to the executor with no Python in between
-(push_run): an async call through a Python worker thread paid a handoff
-under the GIL on every call, about 100 us on one rank where the call itself
-costs 25 us. What needs Python on the worker (a tuning trial, a plan's first
-set-up, HOCC_CHECK=all, trace, a GPU call's stream and event) is a Python
-item on the same queue (push_python), so there is one order. Each item has a
+(push_run, run_here): an async call through a Python worker thread paid a
+handoff under the GIL on every call, about 100 us on one rank where the call
+itself costs 25 us. What needs Python around the run (a tuning trial, a
+plan's first set-up, HOCC_CHECK=all, trace, a GPU call's stream and event) is
+a Python item of the same queue, so there is one order. Each pushed item has a
 Ticket: the future its Work waits on."""
 
 from __future__ import annotations
@@ -201,6 +204,18 @@ class CallQueue:
             t.n = self.native.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq)
             self._pending.append(t)
         return t
+
+    def run_here(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
+                 call: tuple[int, int, int, str, str] | None, seq: int) -> bool:
+        """A sync call's Executor.run of `plan` on this thread, without the GIL, if the queue is
+        idle: True once it ran (a failure raises hocc._C's HoccNativeError or HoccMismatchError);
+        False if not (nothing done: push_run it)."""
+        return bool(self.native.run_here(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq))
+
+    def run_python_here(self, fn: Callable[[], Any]) -> bool:
+        """A sync call's fn() on this thread if the queue is idle: True once it ran (its exception
+        raises); False if not (nothing done: push_python it)."""
+        return bool(self.native.run_python_here(fn))
 
     def push_python(self, fn: Callable[[], Any], context: Any = None) -> Ticket:
         """fn() on the worker: its value is the ticket's result, its exception the ticket's."""

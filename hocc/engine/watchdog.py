@@ -13,30 +13,22 @@ with a dead rank 0: publishing happens on this thread, not the failing one)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 
 class Watchdog:
     def __init__(self, store: Any, key: str, rank: int, abort: Callable[[str], None],
-                 queued_busy_for: Callable[[], float] = lambda: 0.0, poll_s: float = 0.2) -> None:
+                 busy_for: Callable[[], float], poll_s: float = 0.2) -> None:
         self.store, self.key, self.rank, self.abort = store, key, rank, abort
         self.poll_s = poll_s
-        self._since: float | None = None  # when the running call started (one run by Python: begin/end)
-        self._queued_busy_for = queued_busy_for  # seconds the engine queue's plain run has run (0: none)
+        self._busy_for = busy_for  # seconds the engine's running call has run (0: none; every call is a queue item)
         self._publish: str | None = None
         self._fired = False
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="hocc-watchdog", daemon=True)
         self._thread.start()
-
-    def begin(self) -> None:
-        self._since = time.monotonic()
-
-    def end(self) -> None:
-        self._since = None
 
     def publish(self, why: str) -> None:
         """This rank failed: tell the group (from the watchdog's thread)."""
@@ -64,9 +56,7 @@ class Watchdog:
                 except Exception:  # noqa: BLE001 - the store went with a dead rank: peers time out instead
                     pass
                 continue
-            since = self._since
-            busy = time.monotonic() - since if since is not None else self._queued_busy_for()
-            if self._fired or busy < self.poll_s:
+            if self._fired or self._busy_for() < self.poll_s:
                 continue
             try:
                 if not self.store.check([self.key]):
