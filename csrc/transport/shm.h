@@ -34,7 +34,7 @@
 namespace hocc {
 
 enum class WaitMode : int {
-  futex,   // spin briefly, then sleep in the kernel until woken
+  futex,   // sleep in the kernel until woken (an op of one piece first yields for up to 50 us)
   yield,   // spin with sched_yield(): gives the core to any runnable peer, but
            // keeps it busy when none is (e.g. all wait on the network)
   hybrid,  // sched_yield() for up to 1 ms, then futex
@@ -85,6 +85,7 @@ class ShmComm final : public Comm {
   uint64_t seq_ = 0;   // barriers this member passed
   uint64_t piece_ = 0;  // pieces streamed so far: piece_ % 2 is the half in use
   double waited_ = 0;
+  bool one_piece_ = false;  // the running op fits one piece: its barriers yield before they sleep (futex)
   std::string broken_;
   uint64_t agreed_ = ~uint64_t(0);  // the last call checked with every member
   uint64_t checked_ = 0;            // calls checked: which call slot is in use
