@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "transport/ring.h"
 
@@ -138,6 +140,34 @@ std::string ucx_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 
+// Idle communicators' progress. A UCX send counts done once UCX has taken it, yet its bytes can still
+// wait in the endpoint's tcp transmit queue, and a rendezvous needs the sender's acknowledgement: both
+// move only when the worker is progressed. Each comm's worker is progressed by the thread in its op, and
+// a rank's next call may be on another communicator (another group's engine, another stage), or wait in
+// shared memory or Python: a neighbour then waits on this rank's bytes while this rank waits on it
+// through a third group, a deadlock (bench/soak.py found it: 4 ranks, world, host and rail groups). So a
+// thread of the process progresses every comm no op holds, every kIdleProgress (10 ms: at 2 ms, the wake-ups
+// of 8 ranks on 2 cores cost a 4-byte call across emulated hosts 10-40%; such a stall is rare, and short).
+constexpr std::chrono::milliseconds kIdleProgress{10};
+
+struct IdleProgress {
+  std::mutex mu;
+  std::set<UcxComm::Impl*> comms;
+  bool started = false;
+  void add(UcxComm::Impl* c);
+  void remove(UcxComm::Impl* c) {
+    std::lock_guard<std::mutex> lk(mu);  // the thread progresses under mu: after this, never again
+    comms.erase(c);
+  }
+  void loop();
+};
+
+// never destroyed: its thread runs until the process exits, and comms may outlive static destruction
+IdleProgress& idle_progress() {
+  static IdleProgress* p = new IdleProgress();
+  return *p;
+}
+
 struct UcxComm::Impl {
   UcxComm& c;
   const double timeout_s;
@@ -177,9 +207,11 @@ struct UcxComm::Impl {
       ucp_worker_destroy(worker);
       throw Error(std::string("hocc ucx: no event fd for the worker: ") + ucs_status_string(st));
     }
+    idle_progress().add(this);
   }
 
   ~Impl() {
+    idle_progress().remove(this);
     // flush what we sent (a peer may still be taking our last message), then close; bounded, as a peer may be gone
     close_eps(false);
     ucp_worker_destroy(worker);
@@ -234,6 +266,14 @@ struct UcxComm::Impl {
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       settle(ucp_ep_close_nbx(ep, &p));
       ep = nullptr;
+    }
+  }
+
+  // IdleProgress: progress the worker if no op holds it (and it is not being torn down by an abort)
+  void progress_if_idle() {
+    std::unique_lock<std::mutex> idle(op_mu, std::try_to_lock);
+    if (!idle.owns_lock() || abort_flag.load(std::memory_order_acquire) || lost.load() >= 0) return;
+    while (ucp_worker_progress(worker)) {
     }
   }
 
@@ -416,6 +456,23 @@ struct UcxComm::Impl {
     if (idle.owns_lock()) close_eps(true);
   }
 };
+
+void IdleProgress::add(UcxComm::Impl* c) {
+  std::lock_guard<std::mutex> lk(mu);
+  comms.insert(c);
+  if (!started) {
+    started = true;
+    std::thread([this] { loop(); }).detach();
+  }
+}
+
+void IdleProgress::loop() {
+  for (;;) {
+    std::this_thread::sleep_for(kIdleProgress);
+    std::lock_guard<std::mutex> lk(mu);
+    for (UcxComm::Impl* c : comms) c->progress_if_idle();
+  }
+}
 
 UcxComm::UcxComm(int me, int n, double timeout_s, double spin_us) : Comm(me, n) {
   if (n < 1 || me < 0 || me >= n) throw Error("hocc ucx: member " + std::to_string(me) + " of " + std::to_string(n));
