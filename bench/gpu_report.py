@@ -10,7 +10,6 @@ ho_ring for 2..512 hosts of 8 H100, 8 NICs each, at 200 and 400 Gbit/s).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,15 +18,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-sys.path.insert(0, str(Path(__file__).parent))
-from nccl_model_check import CARRY_FROM, calibration_carries, hosts, predicted_busbw, within_target
-from published_nccl_tests import DEFAULTS_FROM, FIGURES, Figure
-
 from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS, links_for
 from hocc.plan.nccl_native import options, predict_nccl
 from hocc.plan.planner import PlannerConfig, predict_all
 from hocc.plan.volumes import bus_factor
+from hocc.tools.nccl_model_check import CARRY_FROM, calibration_carries, hosts, predicted_busbw, within_target
 from hocc.tools.plan_cli import _non_blocking_trunk, per_rank_count
+from hocc.tools.published_nccl_tests import DEFAULTS_FROM, FIGURES, Figure
 from hocc.topology import Topology, parse_spec, uniform, with_nics
 
 OUT = Path(__file__).parent / "results"

@@ -54,9 +54,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from hocc.bench import emulated
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-import cluster as emulated  # noqa: E402  (bench/ is scripts, not a package)
 
 VENV = ROOT / "build" / "ompi-venv"
 OUT_DIR = ROOT / "bench" / "results" / "peers"

@@ -20,17 +20,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from cluster import nic_tx_bytes, per_size  # bench/cluster.py
 
 import hocc
 from hocc.bench.collectives import COLLECTIVES
 from hocc.bench.runner import BenchSpec
 from hocc.bench.sizes import parse_size
+
+# the emulated cluster's helpers (stdlib only), by path: bench/regression.py runs this script with an older
+# checkout's hocc on PYTHONPATH, which may not have hocc.bench.emulated
+_emulated = runpy.run_path(str(Path(__file__).resolve().parents[1] / "hocc" / "bench" / "emulated.py"))
+nic_tx_bytes, per_size = _emulated["nic_tx_bytes"], _emulated["per_size"]
 
 
 def _gloo(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:

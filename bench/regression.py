@@ -22,12 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hocc.bench.emulated import SCENARIOS
 from hocc.plan.volumes import link_bound
 from hocc.topology import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from cluster import SCENARIOS  # noqa: E402  (bench/ is scripts, not a package)
 
 # (scenario, bytes per call, ops): the calls whose regression issue 36 names
 CHECKS = [

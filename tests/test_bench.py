@@ -152,11 +152,8 @@ def test_no_bound_without_link_rates(tmp_path: Path) -> None:
 
 @pytest.mark.root
 def test_cluster_setup_and_teardown() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import cluster
-    finally:
-        sys.path.pop(0)
+    from hocc.bench import emulated as cluster
+
     c = cluster.Cluster(cluster.SCENARIOS["2x2x2"], "200mbit", "100mbit")
     assert not c.names_in_use(), "leftovers of another run"
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,14 +15,11 @@ from typing import Any
 
 import pytest
 
+from hocc.bench import faults
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-try:
-    import faults
-finally:
-    sys.path.pop(0)
 
 TIMEOUT_S = 3.0
 

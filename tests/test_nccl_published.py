@@ -6,12 +6,9 @@ evaluation (no GPU, no processes)."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-from nccl_model_check import calibration_carries, hit_rates, hosts, predicted_busbw
-from published_nccl_tests import FIGURES, MIB
+from hocc.tools.nccl_model_check import calibration_carries, hit_rates, hosts, predicted_busbw
+from hocc.tools.published_nccl_tests import FIGURES, MIB
 
 
 def test_figures_cover_clusters_node_counts_and_sizes() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hocc.bench import planted_faults
 from hocc.config import Config
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
@@ -24,10 +25,6 @@ from hocc.topology import parse_spec
 from tests.worlds import run_world
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import planted_faults  # noqa: E402
-
-sys.path.pop(0)
 
 
 def test_settings() -> None:

@@ -113,11 +113,7 @@ def test_mismatched_call_raises_everywhere() -> None:
 def test_faults_over_ucx(cell: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/faults.py's cell over UCX: every survivor raises within timeout + 10 s, at once on a
     second call, with its tensor unchanged, and UCX carried the steps between hosts."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import faults
+    from hocc.bench import faults
 
     monkeypatch.setenv("HOCC_NET_TRANSPORT", "ucx")
     fault, where, transport = cell.split("-")

@@ -7,12 +7,7 @@ tests/test_nccl_published.py holds it to the targets."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-from published_nccl_tests import CALIBRATION_CLUSTER, FIGURES, Figure
 
 from hocc.plan.cost import CostParams
 from hocc.plan.nccl_defaults import NCCL_PARAMS, links_for
@@ -20,6 +15,7 @@ from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.volumes import bus_factor
 from hocc.tools.calibrate_nccl import GpuFit, Point, fit
 from hocc.tools.plan_cli import per_rank_count
+from hocc.tools.published_nccl_tests import CALIBRATION_CLUSTER, FIGURES, Figure
 from hocc.topology import LinkModel, parse_spec
 
 MIB = 1 << 20
@@ -30,7 +26,7 @@ def predicted_busbw(f: Figure, params: CostParams = NCCL_PARAMS, links: LinkMode
     """The model's pick and busbw (GB/s) for a figure's cluster, its transport's hop latency included."""
     topo = parse_spec(f.spec, links or links_for(f.transport))
     w = topo.world_size
-    algo, secs = predict_nccl(f.op, topo, per_rank_count(f.op, f.size, 4, w), 4, replace(params, **f.over))
+    algo, secs = predict_nccl(f.op, topo, per_rank_count(f.op, f.size, 4, w), 4, replace(params, **f.over))  # type: ignore[arg-type]  # f.over: CostParams fields
     return algo, f.size / secs * bus_factor(f.op, w) / 1e9
 
 
