@@ -34,6 +34,10 @@ FUNCTION_LEVEL = {
     ("hocc.bench.runner", "hocc.engine.registry"): "a rank's engine, looked up only when auto is timed",
     ("hocc.bench.runner", "hocc.executor.plans"): "the same",
     ("hocc.bench.runner", "hocc.plan.crossover"): "the same",
+    ("hocc.bench.faults", "hocc"): "a rank of the fault matrix imports torch and hocc; the driver that starts "
+                                   "the ranks and judges them runs without them",
+    ("hocc.bench.faults", "hocc.engine.registry"): "the same",
+    ("hocc.bench.planted_faults", "hocc"): "the same, for a planted fault's rank",
     ("hocc.tools.calibrate_cli", "hocc.tools.calibrate_nccl"): "nccl-tests logs are read only when given",
     ("hocc.tools.calibrate_nccl", "hocc.bench.sizes"): "sizes are parsed only for a log's own sweep",
     ("hocc.tools.plan_cli", "hocc.tools.draw"): "matplotlib only for --draw",

@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, bench_args = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="bench/cluster.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", nargs="?", choices=sorted(SCENARIOS))
     p.add_argument("--rate", default="200mbit", help="host NIC rate, as tc writes it (default 200mbit)")
     p.add_argument("--host-rate", action="append", default=[], metavar="H=RATE",
