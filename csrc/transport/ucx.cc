@@ -269,12 +269,15 @@ struct UcxComm::Impl {
     }
   }
 
-  // IdleProgress: progress the worker if no op holds it (and it is not being torn down by an abort)
+  // IdleProgress: progress the worker if no op holds it. An abort() that came while this held op_mu could
+  // not close the endpoints (it closes them only when no op holds the mutex): close them here instead.
   void progress_if_idle() {
     std::unique_lock<std::mutex> idle(op_mu, std::try_to_lock);
-    if (!idle.owns_lock() || abort_flag.load(std::memory_order_acquire) || lost.load() >= 0) return;
+    if (!idle.owns_lock() || lost.load() >= 0) return;
+    if (abort_flag.load(std::memory_order_acquire)) return close_eps(true);  // done already: eps are null
     while (ucp_worker_progress(worker)) {
     }
+    if (abort_flag.load(std::memory_order_acquire)) close_eps(true);
   }
 
   void check_usable() {
