@@ -235,7 +235,6 @@ void bind_call_queue(py::module_& m) {
            "0: done, 1: dropped by cancel(), 2: timed out")
       .def_property_readonly("completed", [](PyCallQueue& q) { return q.q().completed(); })
       .def_property_readonly("pushed", [](PyCallQueue& q) { return q.q().pushed(); })
-      .def_property_readonly("idle", [](PyCallQueue& q) { return q.q().idle(); })
       .def("dropped", [](PyCallQueue& q, uint64_t t) { return q.q().dropped(t); }, py::arg("ticket"))
       .def("watch", [](PyCallQueue& q, uint64_t t) { return q.q().watch(t); }, py::arg("ticket"),
            "call on_done once `ticket` is done; False if it already is")

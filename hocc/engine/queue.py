@@ -178,11 +178,6 @@ class CallQueue:
         _live.add(self)
 
     @property
-    def idle(self) -> bool:
-        """Nothing queued or running."""
-        return bool(self.native.idle)
-
-    @property
     def on_worker(self) -> bool:
         return bool(self.native.on_worker)
 
