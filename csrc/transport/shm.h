@@ -51,6 +51,9 @@ class ShmComm final : public Comm {
   ShmComm(const ShmComm&) = delete;
   ShmComm& operator=(const ShmComm&) = delete;
 
+  // an all_reduce of at most this many bytes (and one piece) takes one barrier: every member reduces the
+  // whole of it over every slot
+  static constexpr size_t kWholeReduceBytes = 2048;
   void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
   void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) override;
   void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override;
