@@ -4,6 +4,7 @@ the call check and the engine all know it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -20,6 +21,8 @@ from hocc.plan import registry as reg
 from hocc.plan.planner import predict_all
 from hocc.plan.ring import build_ring
 from hocc.plan.types import Plan
+from hocc.tools.cli import main as hocc_main
+from hocc.tools.draw import first_chunk_plan
 from hocc.topology import Topology, parse_spec
 from tests.worlds import run_world
 
@@ -55,7 +58,14 @@ def test_the_built_ins_are_registered_in_order() -> None:
         make_plan("all_reduce", 8, 4, parse_spec("2x2"), "tree")
 
 
-def test_one_registration_reaches_every_reader() -> None:
+def _hocc_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    capsys.readouterr()
+    hocc_main(["plan", *argv])
+    out = capsys.readouterr().out
+    return out[out.index("{"):]
+
+
+def test_one_registration_reaches_every_reader(capsys: pytest.CaptureFixture[str]) -> None:
     topo = parse_spec("2x2")
     with registered(RANK_RING):
         assert names()[-1] == "rank_ring" and "rank_ring" in algo_choices()
@@ -67,6 +77,11 @@ def test_one_registration_reaches_every_reader() -> None:
         assert plan.algo == "rank_ring" and plan.predicted_s == pytest.approx(1e-9)
         args = build_parser().parse_args(["--algo", "native,rank_ring"])
         assert spec_from_args(args).algos == ("native", "rank_ring")
+        # hocc plan's table has its column and names it auto's pick; --draw draws its plan
+        report = json.loads(_hocc_plan(capsys, "2x2", "--op", "all_reduce", "-b", "1K", "-e", "1K", "--json", "-"))
+        row = report["ops"]["all_reduce"]["rows"][0]
+        assert row["auto"] == "rank_ring" and set(row["algos"]) == set(names())
+        assert first_chunk_plan(topo, "all_gather", 10, 4, PlannerConfig()).algo == "rank_ring"
     assert "rank_ring" not in algo_choices()
     with pytest.raises(SystemExit, match="unknown algo 'rank_ring'"):
         spec_from_args(build_parser().parse_args(["--algo", "rank_ring"]))

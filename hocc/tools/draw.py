@@ -6,26 +6,18 @@ rings red. Large topologies show the first hosts of the first switches."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from hocc.plan.ho_ring import build_ho_ring
-from hocc.plan.native import build_native
-from hocc.plan.planner import PlannerConfig, choose, predict_all
-from hocc.plan.ring import build_ring, ring_tier
+from hocc.plan.planner import PlannerConfig, build_plan, choose, predict_all
 from hocc.plan.types import Plan
 from hocc.topology import Topology
 
 
 def first_chunk_plan(topo: Topology, op: str, count: int, elem: int, cfg: PlannerConfig) -> Plan:
-    """auto's plan with one chunk (every chunk runs the same rings)."""
+    """auto's plan with one chunk (every chunk runs the same rings), whichever registered algorithm it is."""
     pick = choose(predict_all(op, count, elem, topo, cfg), cfg, op)
-    if pick == "ho_ring":
-        plan = build_ho_ring(op, topo, count, 1, cfg.ring_ops, cfg.host_impl)
-        assert plan is not None
-        return plan
-    if pick == "ring":
-        return build_ring(op, topo, count)
-    return build_native(op, topo.world_size, count, ring_tier(topo))
+    return build_plan(op, count, elem, topo, pick, replace(cfg, chunks=1), "auto's pick, one chunk")
 
 
 def draw_plan(topo: Topology, op: str, count: int, elem: int, cfg: PlannerConfig, path: str,

@@ -30,6 +30,7 @@ from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS
 from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.planner import PlannerConfig, Prediction, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
+from hocc.plan.registry import algorithm, names
 from hocc.plan.types import COLLECTIVES
 from hocc.plan.volumes import bus_factor
 from hocc.topology import FABRICS, TIERS, Link, Topology, parse_links, parse_spec, uniform, with_nics
@@ -187,8 +188,8 @@ def run(a: argparse.Namespace) -> int:
                               "links": lm.to_dict(), "params": cfg.params.to_dict(), "ops": {}}
     for op in ops:
         rows, picks = [], []
-        algos = ["native", "ring", "ho_ring"]
-        print(f"#\n# {op}\n# {'size':>10} " + "".join(f"{x:>26}" for x in algos) + f"{'auto':>10}")
+        algos = list(names())
+        print(f"#\n# {op}\n# {'size':>10} " + "".join(f"{x:>26}" for x in algos) + f"{'auto':>12}")
         print(f"# {'':>10} " + "".join(f"{'time  busbw(GB/s)':>26}" for _ in algos))
         for size in sizes:
             preds = predictions(op, size, elem, topo, cfg)
@@ -204,9 +205,9 @@ def run(a: argparse.Namespace) -> int:
                     line += f"{'-':>26}"
                     continue
                 busbw = size / p.seconds * bus_factor(op, world) / 1e9 if p.seconds else 0.0
-                k = f" K={p.chunks}" if x == "ho_ring" else ""
+                k = f" K={p.chunks}" if algorithm(x).chunked else ""
                 line += f"{_fmt_time(p.seconds) + k:>17} {busbw:>8.3f}"
-            print(line + f"{pick:>10}" + (f"  native={nccl}" if nccl else ""))
+            print(line + f"  {pick:>10}" + (f"  native={nccl}" if nccl else ""))
             row = {"size": size, "auto": pick, "algos": {x: asdict(p) for x, p in preds.items()}}
             if nccl:
                 row["nccl_algo"] = nccl
