@@ -66,7 +66,7 @@ def route_as(plan: Plan, identity: bool) -> Plan:
     """The plan routed as one whose layout is the identity or not: what
     route_buffers does, for a size-generic plan whose sizes may be either
     (hocc.plan.shapes; stage 0's coverage does not depend on the size)."""
-    if plan.algo == "native" or not identity:
+    if plan.work_at == "none" or not identity:  # no work buffer (native): nothing to route
         return plan
     if plan.collective == "all_gather":
         return replace(plan, work_at="output")

@@ -448,7 +448,7 @@ def compile_plan(plan: Plan, topo: Topology, elem_size: int) -> PlanCost:
         active = tuple(sorted(i for s in range(plan.stages) for i in at.get((s, t - s), ())))
         if active:
             counts[active] += 1
-    copy = 0.0 if plan.algo == "native" else 2.0 * plan.layout.size * elem_size
+    copy = 0.0 if plan.work_at == "none" else 2.0 * plan.layout.size * elem_size  # packed in, unpacked out
     return _assemble(list(counts.items()), shapes, elem_size, copy)
 
 
@@ -472,7 +472,7 @@ def compile_pipeline(chunk_plan: Plan, chunks: int, topo: Topology, elem_size: i
         active = tuple(i for s in range(lo, hi + 1) for i in per_stage[s])
         if active:
             counts[active] += 1
-    copy = 0.0 if chunk_plan.algo == "native" else 2.0 * chunks * scale * chunk_plan.layout.size * elem_size
+    copy = 0.0 if chunk_plan.work_at == "none" else 2.0 * chunks * scale * chunk_plan.layout.size * elem_size
     return _assemble(list(counts.items()), shapes, elem_size, copy)
 
 
