@@ -8,7 +8,7 @@ bench's processes used). The fit adjusts, in log space, by damped Gauss-Newton
 
   per tier (host, nic, trunk): a bandwidth efficiency (fitted bandwidth =
     efficiency x the rate the scenario's topology states) and a latency (s);
-  launch, ring_step, copy_bandwidth (CostParams);
+  launch, ring_step, shm_barrier, copy_bandwidth (CostParams);
   per native op class ('native:all_reduce', ...): a byte factor, how much
     slower than a plain ring the backend's own collective moves data.
 
@@ -188,6 +188,9 @@ def _space(samples: Sequence[Sample], start: Fit, one_machine: bool) -> _Space:
     if any(c.startswith("ring:") for c in classes):
         names.append("param.ring_step")
         vals.append(start.params.ring_step)
+    if any(c.startswith("shm:") for c in classes):
+        names.append("param.shm_barrier")
+        vals.append(start.params.shm_barrier)
     if any(s.cost.copy_bytes for s in samples):
         names.append("param.copy_bandwidth")
         vals.append(start.params.copy_bandwidth)
