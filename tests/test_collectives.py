@@ -71,7 +71,9 @@ def _four_body(rank: int, world: int, held: bool) -> None:
 def check_held_memory(rank: int, world: int) -> None:
     """What hocc holds between calls is bounded, whatever the largest call: the executor's work buffer
     at most the largest of its last calls' (kept while that size repeats), and 4 MiB (Executor::kKeepWork)
-    once 8 calls (kKeepRuns) did not need it; each communicator's scratch a part of one stage's region."""
+    once 8 calls (kKeepRuns) did not need it; each communicator a few segments of one stage's region (its
+    scratch, and over UCX the buffer a reduction lands in: Comm::held_bytes). Here the ring's world comm holds
+    3 of its 4 segments (2 of scratch for reduce_scatter_out, 1 landing) and HO-Ring's comms less."""
     from hocc.engine.registry import find_engine
 
     big = 16 << 20  # bytes of the largest buffer of each call
@@ -89,7 +91,7 @@ def check_held_memory(rank: int, world: int) -> None:
     eng = find_engine(dist.group.WORLD, torch.device("cpu"))
     assert eng is not None
     assert eng.executor.held_bytes <= 2 * big, eng.executor.held_bytes  # the plan's layout: about the call's
-    assert eng.transport.held_bytes <= big // 2, eng.transport.held_bytes
+    assert eng.transport.held_bytes <= big + big // 4, eng.transport.held_bytes
     for _ in range(8):  # small calls: the large buffer goes back
         hocc.all_reduce(torch.ones(1000), algo="ho_ring")
     assert eng.executor.held_bytes <= 4 << 20, eng.executor.held_bytes

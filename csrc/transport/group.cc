@@ -68,7 +68,7 @@ bool GroupTransport::has(int stage, const std::vector<int>& ranks, Impl impl) co
 size_t GroupTransport::held_bytes() const {
   std::lock_guard<std::mutex> lk(mu_);
   size_t n = 0;
-  for (const auto& [key, c] : comms_) n += c->scratch.size();
+  for (const auto& [key, c] : comms_) n += c->held_bytes();
   return n;
 }
 

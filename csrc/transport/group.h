@@ -34,7 +34,7 @@ class GroupTransport final : public Transport {
   void add(int stage, const std::vector<int>& ranks, Impl impl, std::shared_ptr<Comm> comm);
   bool has(int stage, const std::vector<int>& ranks, Impl impl) const;
   void clear();  // drop every communicator (closing the engine)
-  size_t held_bytes() const;  // the communicators' scratch, held between calls
+  size_t held_bytes() const;  // what the communicators hold between calls (Comm::held_bytes)
 
  private:
   const int rank_, size_;

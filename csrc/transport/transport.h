@@ -45,6 +45,8 @@ class Comm {
   int64_t recv_done_ns = 0;
   // this comm's scratch (its ops run on one lane at a time, so one will do)
   Scratch scratch;
+  // bytes this comm holds between calls: its scratch, and any buffers of the transport's own
+  virtual size_t held_bytes() const { return scratch.size(); }
   std::string who(int member) const {  // "rank 5" (or "member 2" before ranks are known)
     return member >= 0 && member < int(ranks.size()) ? "rank " + std::to_string(ranks[member])
                                                      : "member " + std::to_string(member);

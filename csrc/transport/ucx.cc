@@ -38,6 +38,7 @@ void UcxComm::all_reduce(const char*, char*, size_t, DType, RedOp, const Lane&) 
 void UcxComm::reduce_scatter_out(const char*, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::abort(const std::string&) {}
 bool UcxComm::broken() const { return true; }
+size_t UcxComm::held_bytes() const { return scratch.size(); }
 uint64_t UcxComm::progress_calls() const { return 0; }
 uint64_t UcxComm::sleeps() const { return 0; }
 
@@ -525,6 +526,9 @@ void UcxComm::abort(const std::string& why) { impl_->abort(why); }
 bool UcxComm::broken() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return !impl_->broken.empty();
+}
+size_t UcxComm::held_bytes() const {
+  return scratch.size() + impl_->landing.size() + impl_->gathered.size();
 }
 uint64_t UcxComm::progress_calls() const { return impl_->progressed; }
 uint64_t UcxComm::sleeps() const { return impl_->slept; }

@@ -55,6 +55,8 @@ class UcxComm final : public Comm {
   // fails the neighbours' waits too); later ops fail at once. Thread-safe.
   void abort(const std::string& why) override;
 
+  // scratch, and the buffers a reduction lands in and a tiny all_reduce gathers into
+  size_t held_bytes() const override;
   bool broken() const;
   // ucp_worker_progress calls, and how many waits slept on the event fd (for tuning the spin)
   uint64_t progress_calls() const;
