@@ -21,6 +21,7 @@ def call_id(call: tuple[int, int, int, str, str], dtype: str, op: str) -> bytes:
 def describe_call(id: bytes) -> str: ...
 def call_group_differences(rows: bytes) -> str: ...
 TINY_BYTES: int  # CPU collectives whose members' inputs together fit this run as call-check frames alone
+SHM_WHOLE_REDUCE_BYTES: int  # a shared-memory all_reduce of at most this many bytes takes one barrier
 
 class Plan:
     def __init__(self, collective: str, world: int, stages: int,

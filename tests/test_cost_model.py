@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hocc.plan import CostParams, PlannerConfig, predict
-from hocc.plan.cost import compile_pipeline, compile_plan, step_load
+from hocc.plan.cost import SHM_WHOLE_REDUCE_BYTES, compile_pipeline, compile_plan, step_load
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
 from hocc.plan.planner import predict_all, predict_ho_ring
@@ -112,6 +112,7 @@ def test_tiny_native_steps_pay_a_trees_hops() -> None:
 
     params = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
     assert params.tiny_bytes == load().TINY_BYTES  # the model's frame is the transport's
+    assert SHM_WHOLE_REDUCE_BYTES == load().SHM_WHOLE_REDUCE_BYTES  # and its one-barrier all_reduce
     topo = parse_spec("8@host_latency=1ms,host=8000gbit")
     edge = int(params.tiny_bytes) // (8 * 4)
     at_edge = predict(build_native("all_reduce", 8, edge, "host"), topo, 4, params)

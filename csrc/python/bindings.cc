@@ -244,6 +244,7 @@ PYBIND11_MODULE(_C, m) {
         "a Comm over a torch.distributed backend object (ProcessGroupGloo, ProcessGroupNCCL) on `device`");
   // a CPU collective whose members' inputs together fit this runs as call-check frames alone (c10d.cc)
   m.attr("TINY_BYTES") = kTinyBytes;
+  m.attr("SHM_WHOLE_REDUCE_BYTES") = ShmComm::kWholeReduceBytes;
   // the names the executor and the call check know, in their codes' order (hocc.engine.agreement,
   // hocc.engine.dtypes read these rather than keep copies)
   m.attr("COLLECTIVES") = py::tuple(py::cast(collective_names()));

@@ -4,6 +4,8 @@
   ring     one ring over every rank in topology order (hocc.plan.ring)
   ho_ring  the hierarchical overlapping ring, pipelined over K chunks
            (hocc.plan.ho_ring); where its cuts are too fine to pad to, the ring
+  host_rails  small all_reduce in two steps: inside each host, then across
+           hosts on every rail (hocc.plan.host_rails); elsewhere ho_ring
 
 HO-Ring's K is chosen by pricing one chunk's plan run K times over (all
 chunks are alike), so choosing among K = 1..32 on thousands of ranks builds no
@@ -15,6 +17,7 @@ from typing import Any
 
 from hocc.plan.cost import PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import MAX_UNIT, build_ho_ring
+from hocc.plan.host_rails import build_host_rails
 from hocc.plan.memo import memo
 from hocc.plan.native import build_native
 from hocc.plan.nccl_native import predict_nccl
@@ -46,6 +49,16 @@ def _predict_ring(collective: str, topo: Topology, count: int, elem_size: int, c
 
 def _ho_ring(collective: str, topo: Topology, count: int, cfg: PlannerConfig, chunks: int) -> Plan | None:
     return build_ho_ring(collective, topo, count, chunks, cfg.ring_ops, cfg.host_impl)
+
+
+def _host_rails(collective: str, topo: Topology, count: int, cfg: PlannerConfig, chunks: int) -> Plan | None:
+    return build_host_rails(collective, topo, count, cfg.ring_ops, cfg.host_impl)
+
+
+def _predict_host_rails(collective: str, topo: Topology, count: int, elem_size: int,
+                        cfg: PlannerConfig) -> Prediction | None:
+    plan = _host_rails(collective, topo, count, cfg, 1)
+    return None if plan is None else Prediction("host_rails", predict(plan, topo, elem_size, cfg.params))
 
 
 def chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: int | None = None) -> list[int]:
@@ -110,5 +123,5 @@ HO_RING = register(Algorithm(
     "ho_ring", "the hierarchical overlapping ring, pipelined over K chunks", _ho_ring, predict_ho_ring,
     chunked=True, fallback="ring",
     cannot=f"its cuts would be too fine to pad to (common denominator over hocc.plan.ho_ring.MAX_UNIT = {MAX_UNIT})"))
-# hocc.plan.host_rails is built but not registered yet: auto would pick it by a cost model that must first be
-# refitted to UCX (docs/algorithms.md, "Small calls")
+# host_rails is not registered yet: auto would pick it by a cost model that must first be refitted to UCX
+# (docs/algorithms.md, "Small calls")

@@ -57,6 +57,8 @@ from hocc.topology import TIERS, Topology
 from hocc.topology.links import LinkModel
 
 TIER_RANK = {t: i for i, t in enumerate(TIERS)}
+# the shared-memory all_reduce that takes one barrier, not two (ShmComm::kWholeReduceBytes; hocc._C exports it)
+SHM_WHOLE_REDUCE_BYTES = 2048
 LINK_KINDS = (*TIERS, "shm", "machine")
 MACHINE = ("machine", "all")
 
@@ -324,8 +326,10 @@ def _step_latency(shape: _Shape, seg_bytes: float, links: LinkModel, params: Cos
 
 
 def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: float) -> float:
-    if shape.shm:
-        return 2 * params.shm_barrier if shape.unit else 0.0
+    if shape.shm:  # a barrier per piece; all_reduce two, but one at most SHM_WHOLE_REDUCE_BYTES (shm.h)
+        if not shape.unit:
+            return 0.0
+        return 2 * params.shm_barrier  # priced as before the one-barrier change (see docs/cost-model.md)
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)
