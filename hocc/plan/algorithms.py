@@ -17,6 +17,7 @@ from typing import Any
 
 from hocc.plan.cost import PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import MAX_UNIT, build_ho_ring
+from hocc.plan.host_rails import CANNOT as HOST_RAILS_CANNOT
 from hocc.plan.host_rails import build_host_rails
 from hocc.plan.memo import memo
 from hocc.plan.native import build_native
@@ -123,5 +124,6 @@ HO_RING = register(Algorithm(
     "ho_ring", "the hierarchical overlapping ring, pipelined over K chunks", _ho_ring, predict_ho_ring,
     chunked=True, fallback="ring",
     cannot=f"its cuts would be too fine to pad to (common denominator over hocc.plan.ho_ring.MAX_UNIT = {MAX_UNIT})"))
-# host_rails is not registered yet: auto would pick it by a cost model that must first be refitted to UCX
-# (docs/algorithms.md, "Small calls")
+HOST_RAILS = register(Algorithm(
+    "host_rails", "small all_reduce in two steps: inside each host, then across hosts on every rail",
+    _host_rails, _predict_host_rails, fallback="ho_ring", cannot=HOST_RAILS_CANNOT))

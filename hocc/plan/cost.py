@@ -84,11 +84,11 @@ class CostParams:
     simple protocol keeps in flight per pipeline stage (its fill time,
     hocc.plan.nccl_native.pipeline_fill; 0: no fill)."""
 
-    launch: float = 1.5e-3
-    ring_step: float = 0.5e-3
-    copy_bandwidth: float = 2e9
+    launch: float = 0.2e-3
+    ring_step: float = 0.5e-6
+    copy_bandwidth: float = 20e9
     shm_bandwidth: float = 16e9
-    shm_barrier: float = 0.2e-3
+    shm_barrier: float = 0.18e-3
     op_factors: tuple[tuple[str, float], ...] = ()
     machine_bandwidth: float = math.inf
     host_efficiency: float = 1.0
@@ -329,7 +329,8 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
     if shape.shm:  # a barrier per piece; all_reduce two, but one at most SHM_WHOLE_REDUCE_BYTES (shm.h)
         if not shape.unit:
             return 0.0
-        return 2 * params.shm_barrier  # priced as before the one-barrier change (see docs/cost-model.md)
+        two = shape.cls == "shm:all_reduce" and seg_bytes > SHM_WHOLE_REDUCE_BYTES
+        return (2 if two else 1) * params.shm_barrier
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)

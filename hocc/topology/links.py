@@ -26,21 +26,19 @@ class Link:
 
 @dataclass(frozen=True)
 class LinkModel:
-    """Per-tier links. Defaults match the CPU testbed (docs/testbed.md): loopback at
-    about 2.5 Gbit/s shared by a host's ranks, 200 Mbit/s host NICs, a trunk
-    oversubscribed 4:1 relative to the NICs below it. Latencies are what one
-    ring hop costs there with 8 ranks on 2 cores, not the wire's: a hop between
-    a host's ranks is gloo's loopback hop (1-1.8 ms: gloo's 14-step all-reduce
-    takes 14-25 ms at 64 KiB on flat8 and 2x4, bench/results), one between
-    hosts 0.5 ms on top of the host stages, and a trunk hop no less than a host
-    hop (the model takes a step's longest latency, so a trunk latency under the
-    host's would never be seen, and never fitted, by `hocc calibrate`). With
-    these, the unfitted model's pick is within 10% of the measured fastest on
-    all but three of the emulated sweeps' 132 points (bench/results/model-picks.md)."""
+    """Per-tier links. Defaults match the CPU testbed (docs/testbed.md): a host's ranks
+    share loopback, 200 Mbit/s host NICs, a trunk oversubscribed 4:1 relative to the
+    NICs below it. Latencies are what one hop costs there with 8 ranks on 2 cores,
+    not the wire's, fitted by `hocc calibrate` to the sweeps of 2026-12-05 over UCX
+    (docs/cost-model.md, "CostParams"): a hop between hosts 40 us on top of the
+    host stages, one inside a host (gloo's loopback, which only native steps use
+    there) 130 us, and a trunk hop 660 us; loopback carries about 10 Gbit/s. With
+    these, the model's pick is within 10% of the measured fastest at 195 of the
+    sweeps' 204 points (bench/results/model-picks.md)."""
 
-    host: Link = Link(bandwidth=2.5e9 / 8, latency=1500e-6)
-    nic: Link = Link(bandwidth=200e6 / 8, latency=500e-6)
-    trunk: Link = Link(bandwidth=100e6 / 8, latency=2000e-6)
+    host: Link = Link(bandwidth=10e9 / 8, latency=130e-6)
+    nic: Link = Link(bandwidth=200e6 / 8, latency=40e-6)
+    trunk: Link = Link(bandwidth=100e6 / 8, latency=660e-6)
 
     def tier(self, name: str) -> Link:
         if name not in TIERS:
