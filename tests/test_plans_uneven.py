@@ -157,13 +157,17 @@ def test_planner_uses_it() -> None:
         p = make_plan(coll, big // 8, 4, topo, "ho_ring", CPU)
         assert p.algo == "ho_ring" and p.meta["padded"], p.summary()
         assert make_plan(coll, big // 8, 4, topo, "auto", CPU).algo == "ho_ring"
-    # one element: host stages in shared memory and one hop chain between hosts beat gloo's loopback hops,
-    # as measured on the emulated 2x4 (issue 33's sweep: 32 B, native 8.2 ms, ho_ring 3.9 ms); the flat ring
-    # (every hop a message) is priced last
+    # one element, over UCX between hosts (bench/results/small/2x4-200mbit, 32 B): the flat ring (every hop a
+    # message) is slowest; HO-Ring's host stages in shared memory beat native's hops for all_gather and
+    # reduce_scatter (578 against 1127 us); native's all_reduce of a few bytes is one whole exchange, level
+    # with HO-Ring there (1289 against 1260 us), and auto takes whichever the model prices lower
     for coll in ("all_gather", "reduce_scatter", "all_reduce"):
         preds = predict_all(coll, 1, 4, topo, CPU)
-        assert make_plan(coll, 1, 4, topo, "auto", CPU).algo == "ho_ring"
-        assert preds["ring"].seconds > preds["native"].seconds > preds["ho_ring"].seconds, preds
+        best = min(("native", "ho_ring"), key=lambda a: preds[a].seconds)
+        assert make_plan(coll, 1, 4, topo, "auto", CPU).algo == best
+        assert preds["ring"].seconds > max(preds["native"].seconds, preds["ho_ring"].seconds), preds
+        if coll != "all_reduce":
+            assert best == "ho_ring", preds
 
 
 def test_auto_keeps_the_ring_where_the_backend_op_loses_to_it() -> None:

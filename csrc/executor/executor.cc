@@ -144,14 +144,15 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
                 std::to_string(t_.size()));
   Device& dev = t_.device();
   const size_t es = dtype_size(t), n = plan.layout.size(), count = plan.layout.block_elems;
-  // An in-place all_reduce whose steps would reduce in the caller's tensor (no private work buffer) runs
-  // into the executor's buffer and is copied back at the end, so that a failure leaves the tensor as it
-  // was: where failures show before run() returns (not on an async transport: they surface on the stream)
-  const bool beside = plan.collective == Op::all_reduce && plan.work_at != WorkAt::scratch && !t_.async() &&
-                      count && bufs.input && bufs.input == bufs.output;
-  const size_t need = beside ? count * es : plan.work_at == WorkAt::scratch && n && !bufs.work ? n * es : 0;
+  // In a sync run the caller's output is written only after every step ended: a plan whose steps would
+  // write it (a work buffer there, or none, as native's) runs into the executor's buffer, copied out at the
+  // end, so that a failure leaves the caller's tensors as they were (a check frame can fail after our own
+  // segment, or a neighbour's, is in). Not on an async transport: failures surface on its stream there
+  const size_t out_elems = plan.collective == Op::all_gather ? n : count;
+  const bool beside = !t_.async() && out_elems && bufs.output && plan.work_at != WorkAt::scratch;
+  const size_t need = beside ? out_elems * es : plan.work_at == WorkAt::scratch && n && !bufs.work ? n * es : 0;
   keep_or_release_work(need);
-  char* output = beside ? work_.at_least(count * es, dev) : static_cast<char*>(bufs.output);
+  char* output = beside ? work_.at_least(out_elems * es, dev) : static_cast<char*>(bufs.output);
   char* work = plan.work_at == WorkAt::output ? output
                : plan.work_at == WorkAt::scratch ? static_cast<char*>(bufs.work)
                                                  : nullptr;
@@ -177,7 +178,7 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
     run_threads(plan, r, caller_stream);
   if (plan.work_at == WorkAt::scratch) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
   if (average && plan.collective != Op::all_gather) dev.divide(r.output, count, t, double(plan.world), caller_stream);
-  if (beside) dev.reduce(bufs.output, output, count, t, RedOp::none, caller_stream);
+  if (beside) dev.reduce(bufs.output, output, out_elems, t, RedOp::none, caller_stream);
   if (!t_.async()) dev.sync(caller_stream);
   // On a GPU the work buffer goes back after every run, to torch's allocator on the caller's stream
   // (ordered after the run): a buffer kept for the next call could be packed by a call on another stream

@@ -3,6 +3,8 @@ own failures are, and carry what the message says as attributes too."""
 
 from __future__ import annotations
 
+import traceback
+
 
 class CollectiveError(RuntimeError):
     """A collective failed on this rank: a peer died, stopped or timed out, the
@@ -20,3 +22,20 @@ class CollectiveError(RuntimeError):
 class CallMismatchError(CollectiveError):
     """The ranks of a group made different calls (collective, count, dtype,
     reduction op, algo or order), found before any byte of the call moved."""
+
+
+def drop_frame_locals(exc: BaseException | None) -> None:
+    """Clear the variables of the finished frames on the tracebacks of `exc` and
+    of its causes (the lines stay, for printing). A call's error is kept by its
+    Work and by torch's futures, which the garbage collector cannot see into:
+    frames left whole would keep the failed group's engine and communicators
+    (their threads and sockets) for as long as the error lives."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)  # a frame still running is left as it is
+        todo += [e.__cause__, e.__context__]

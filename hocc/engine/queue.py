@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from hocc.engine.errors import CollectiveError
+from hocc.engine.errors import CollectiveError, drop_frame_locals
 from hocc.executor import load
 
 log = logging.getLogger("hocc")
@@ -51,7 +51,7 @@ class Ticket:
             return True
         return False
 
-    def result(self, timeout: float | None = None) -> Any:
+    def _wait(self, timeout: float | None) -> None:
         if self._exc is None:
             state = self._queue.native.wait(self.n, -1.0 if timeout is None else timeout)
             if state == _TIMED_OUT:
@@ -59,18 +59,20 @@ class Ticket:
             if state == _DROPPED and self._exc is None:
                 self._exc = self._queue.dropped_error(self)
         self.context = None  # ended: nothing of the run needs to stay
+        drop_frame_locals(self._exc)  # the worker's frames have ended by now
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
         if self._exc is not None:
             raise self._exc
         return self._result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        try:
-            self.result(timeout)
-        except BaseException as e:
-            if e is not self._exc:  # a timeout, or Ctrl-C during the wait: not the call's
-                raise
-            return e
-        return None
+        """The call's error, without raising it: a raise would add this caller's frames to its traceback,
+        and a torch Future given the error (Work.get_future) would then keep those frames, and through
+        them itself, where the garbage collector cannot see (a failed group's comms never freed)."""
+        self._wait(timeout)
+        return self._exc
 
     def add_done_callback(self, fn: Callable[[Ticket], None]) -> None:
         """fn(self) once done: at once if it is, else on the worker right after the item."""
