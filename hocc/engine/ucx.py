@@ -35,25 +35,21 @@ def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
             comm = load().UcxComm(me, n, timeout.total_seconds(), float(spin_us))
         except Exception as e:  # noqa: BLE001 - a worker that cannot start: the group decides below
             why = str(e)
-    try:  # the error's traceback keeps this frame, and a failed group keeps its error: no worker stays in it
-        entry: bytes = comm.address if comm is not None else _NONE + why.encode()
-        store.set(f"{key}/{me}", entry)  # type: ignore[arg-type]  # c10d takes bytes too; its stub says str
-        keys = [f"{key}/{m}" for m in range(n)]
-        store.wait(keys, timeout)  # the group's timeout, not the store's (a member in another call never comes)
-        entries = {m: store.get(k) for m, k in enumerate(keys)}
-        missing = {m: e[len(_NONE):].decode() for m, e in entries.items() if e.startswith(_NONE)}
-        if missing:
-            m, reason = next(iter(missing.items()))
-            said = f"hocc: UCX is not available on member {m} of this group ({reason}): gloo carries its steps"
-            if wanted == "ucx":
-                raise RuntimeError(said.replace(": gloo carries its steps", "") + " and HOCC_NET_TRANSPORT=ucx")
-            if reason not in _said:
-                _said.add(reason)
-                log.warning(said)
-            return None
-        assert comm is not None
-        comm.connect(entries[(me - 1) % n], entries[(me + 1) % n])
-        return comm
-    except BaseException:
-        comm = None
-        raise
+    entry: bytes = comm.address if comm is not None else _NONE + why.encode()
+    store.set(f"{key}/{me}", entry)  # type: ignore[arg-type]  # c10d takes bytes too; its stub says str
+    keys = [f"{key}/{m}" for m in range(n)]
+    store.wait(keys, timeout)  # the group's timeout, not the store's (a member in another call never comes)
+    entries = {m: store.get(k) for m, k in enumerate(keys)}
+    missing = {m: e[len(_NONE):].decode() for m, e in entries.items() if e.startswith(_NONE)}
+    if missing:
+        m, reason = next(iter(missing.items()))
+        said = f"hocc: UCX is not available on member {m} of this group ({reason}): gloo carries its steps"
+        if wanted == "ucx":
+            raise RuntimeError(said.replace(": gloo carries its steps", "") + " and HOCC_NET_TRANSPORT=ucx")
+        if reason not in _said:
+            _said.add(reason)
+            log.warning(said)
+        return None
+    assert comm is not None
+    comm.connect(entries[(me - 1) % n], entries[(me + 1) % n])
+    return comm
