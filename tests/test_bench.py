@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hocc.bench.cli import build_parser, spec_from_args
-from hocc.plan.registry import names
 from hocc.bench.collectives import COLLECTIVES, bandwidths
 from hocc.bench.sizes import parse_size, sweep
+from hocc.plan.registry import names
 from tests.worlds import run_world
 
 ROOT = Path(__file__).resolve().parents[1]
