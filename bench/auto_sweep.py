@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """auto as a user meets it, call by call: per op and size, a fresh group per
-algorithm, --calls calls of each of native, ring, ho_ring and auto
-interleaved (the order rotates each round), every call started together (a
+algorithm, --calls calls of each registered algorithm (hocc.plan.registry)
+and auto interleaved (the order rotates each round), every call started together (a
 barrier) and timed on every rank; a call's time is the slowest rank's. auto
 runs as it comes (its trials included) from its group's first call.
 
@@ -29,8 +29,10 @@ import torch
 import torch.distributed as dist
 
 from hocc.bench.sizes import parse_size
+from hocc.plan.registry import names
 
-ALGOS = ("native", "ring", "ho_ring", "auto")
+FIXED = names()  # every registered algorithm: auto is held to the fastest of them
+ALGOS = (*FIXED, "auto")
 
 
 def format_size(n: int) -> str:
@@ -84,7 +86,7 @@ def main() -> None:
                 dist.destroy_process_group(g)
             col = {algo: times[:, j].tolist() for j, algo in enumerate(ALGOS)}
             steady = {algo: statistics.median(col[algo][a.first:]) for algo in ALGOS}
-            fastest = min(("native", "ring", "ho_ring"), key=lambda x: steady[x])
+            fastest = min(FIXED, key=lambda x: steady[x])
             row = {"op": op, "bytes": size, "world": world, "topology": os.environ.get("HOCC_TOPOLOGY", "detected"),
                    "calls": a.calls, "first": a.first, "steady_s": steady, "fastest": fastest,
                    "auto_vs_fastest": steady["auto"] / steady[fastest],
@@ -98,9 +100,9 @@ def main() -> None:
                     with open(a.json, "a") as f:
                         f.write(json.dumps(row) + "\n")
     if rank == 0:
-        print(f"\n| op | size | native | ring | ho_ring | auto (after {a.first}) | auto / fastest | "
+        print("\n| op | size | " + " | ".join(FIXED) + f" | auto (after {a.first}) | auto / fastest | "
               f"auto's first {a.first} / native's |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- " * (len(ALGOS) + 4) + "|")
         for r in rows:
             s = r["steady_s"]
             print(f"| {r['op']} | {format_size(r['bytes'])} | " + " | ".join(f"{s[x] * 1e3:.2f} ms" for x in ALGOS)

@@ -122,6 +122,51 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     assert pick.algo == "native" and pick.why.startswith("measured:")
 
 
+def test_a_rival_far_behind_after_the_first_round_runs_no_more_trials() -> None:
+    """The cut: after round 1 the ranks agree, and a candidate slower than
+    KEEP_WITHIN x the fastest is dropped, so a rival the model priced wrongly
+    costs one round, not ROUNDS; the rest are timed to the end."""
+    agreed: list[list[float]] = []
+
+    def agree(v: list[float]) -> list[float]:
+        agreed.append(v)
+        return v
+
+    tuner = _tuner(agree)
+    tuner.measure_all()  # every algorithm is a candidate
+    secs = {"native": 0.010, "ho_ring": 0.011}  # the rest: 3x the fastest, dropped at the cut
+    rounds: list[list[str]] = [[]]
+    while True:
+        pick, trial = tuner.pick("all_reduce", 1 << 12, 4, "float32")
+        if trial is None:
+            break
+        if trial.timed:
+            rounds[-1].append(pick.algo)
+        t = secs.get(pick.algo, 0.030)
+        if pick.algo == "ho_ring" and pick.chunks != min(c.chunks or 0 for c in trial.bucket.candidates
+                                                         if c.algo == "ho_ring"):
+            t = 0.030  # the other depths: far behind too
+        tuner.measured(trial, t)
+        if trial.last and not trial.bucket.done.is_set():
+            rounds.append([])  # the cut kept more than one: later rounds follow
+    first, later = rounds[0], [a for r in rounds[1:] for a in r]
+    assert set(first) == set(names()) and set(later) == {"native", "ho_ring"}, rounds
+    assert len(agreed) == 2 and len(agreed[0]) > len(agreed[1]) == 2  # the cut over all, the decision over two
+    assert pick.algo == "native" and "dropped after round 1" in pick.why, pick
+    # a cut that keeps one decides at once: one agreement, nothing after the first round
+    agreed.clear()
+    lone = _tuner(agree)
+    lone.measure_all()
+    calls = 0
+    while True:
+        pick, trial = lone.pick("all_gather", 1 << 10, 4, "float32")
+        if trial is None:
+            break
+        calls += 1
+        lone.measured(trial, 0.01 if pick.algo == "ring" else 0.05)
+    assert pick.algo == "ring" and len(agreed) == 1 and calls == len(lone._buckets[next(iter(lone._buckets))].schedule)
+
+
 def test_the_file_keeps_choices_and_a_later_tuner_measures_nothing(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     tuner = _tuner(file=TuningFile(path))

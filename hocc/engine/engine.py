@@ -287,10 +287,9 @@ class Engine:
                     self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
                 trial.tuner.measured(trial, took())
         except Exception as e:
+            if trial is not None:
+                trial.bucket.release()  # failed: no caller waits on its trials any longer
             raise self._fail(call, entry.groups, e, cfg.record_dir) from e  # the unit's steps name the same stages
-        finally:
-            if trial is not None and trial.last:
-                trial.bucket.done.set()  # decided, or failed: no caller waits on it any longer
 
     def _run_plan(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
                   call: Call | None, seq: int) -> None:

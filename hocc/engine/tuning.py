@@ -12,7 +12,10 @@ burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
 fastest by the model's price; one round of one call when a call costs
 seconds), each burst started together on all ranks (a barrier: the previous
 candidate's stragglers are not its cost), each candidate's median call kept
-(above 0.25 s a call, one call each and no warm-up: set-up is noise there);
+(above 0.25 s a call, one call each and no warm-up: set-up is noise there).
+After the first round the ranks agree on what they measured so far and drop
+every candidate slower than KEEP_WITHIN (1.5x) the fastest: a rival the model
+priced wrongly costs one round, not three (successive halving);
 the schedule follows from the call sequence alone, so every rank runs the same
 candidate in the same call. `hocc tune` measures every candidate instead
 (Tuner.measure_all: every algorithm, HO-Ring at several depths), ahead of a job. After the last trial each
@@ -67,6 +70,9 @@ TRIED_CHUNKS = (1, 4, 16)
 # they serve); one round of one call when the model prices even the fastest above ONE_ROUND_ABOVE_S (large
 # calls are steady, and each costs seconds)
 ROUNDS = 3
+# after the first round, candidates measured slower than KEEP_WITHIN x the fastest run no more trials (this
+# machine's call-to-call noise at small sizes is about 1.25x: bench/results/auto-sweep, two runs of one plan)
+KEEP_WITHIN = 1.5
 BURST_S = 0.02
 MAX_BURST = 4
 ONE_ROUND_ABOVE_S = 0.25
@@ -75,17 +81,32 @@ ONE_ROUND_ABOVE_S = 0.25
 @dataclass
 class _Bucket:
     """One (collective, dtype, bucket)'s trials: the candidates, the call
-    schedule (candidate index, timed?), and what this rank measured."""
+    schedule (candidate index, timed?), and what this rank measured. The
+    schedule is planned to the end of the first round; the cut (the worker,
+    after that round's last call) extends it with the later rounds of the
+    candidates it keeps, or decides the bucket."""
 
     candidates: list[Pick]
     schedule: list[tuple[int, bool, bool]]  # (candidate, timed, synced: after a barrier)
     count: int
     elem_size: int
     collective: str
+    later: list[list[tuple[int, bool, bool]]] = field(default_factory=list)  # rounds after the cut, all candidates
     issued: int = 0
     times: dict[int, list[float]] = field(default_factory=dict)
+    agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
     decided: Pick | None = None
+    cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        """Decided, or failed: no caller waits on this bucket any longer."""
+        self.cut.set()
+        self.done.set()
+
+    def due(self) -> bool:
+        """Every call of the schedule planned so far is issued: what comes next is the worker's."""
+        return self.issued >= len(self.schedule)
 
 
 @dataclass(frozen=True)
@@ -150,17 +171,21 @@ class Tuner:
             # a decision refits the model that plans trials: wait for every decision already due (all its
             # trials issued), so that every rank plans this bucket with the same model whatever its worker's pace
             for other in list(self._buckets.values()):
-                if other.issued >= len(other.schedule):
-                    self._wait(other, gone)
+                if other.due():
+                    self._wait_cut(other, gone)
+                    if other.due():
+                        self._wait(other, gone)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
             if b.decided is not None:  # settled by the model: no trials
                 with self._lock:
                     self._decided[key] = b.decided
-        if b.issued >= len(b.schedule):  # every trial issued: wait for the worker's decision
+        if b.due():  # the first round issued: wait for the cut, which may decide
+            self._wait_cut(b, gone)
+        if b.due():  # every trial issued: wait for the worker's decision
             return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
         b.issued += 1
-        return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.issued == len(b.schedule))
+        return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.due())
 
     def peek(self, collective: str, count: int, elem_size: int, dtype: str) -> Pick:
         """What a call of this size would run once its bucket is decided (its
@@ -168,6 +193,15 @@ class Tuner:
         with self._lock:
             known = self._decided.get((collective, dtype, bucket_of(count * elem_size)))
         return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
+
+    @staticmethod
+    def _wait_cut(b: _Bucket, gone: Callable[[], str | None]) -> None:
+        """Wait for the cut (the worker's, after the first round): then b.schedule is final, or b is decided."""
+        while not b.cut.wait(0.5) and gone() is None:
+            pass
+        if not b.cut.is_set():
+            raise RuntimeError(f"hocc: tuning {b.collective} at {human(b.count * b.elem_size)} per rank failed: "
+                               "see the group's first failure")
 
     @staticmethod
     def _wait(b: _Bucket, gone: Callable[[], str | None]) -> Pick:
@@ -212,44 +246,71 @@ class Tuner:
         if len(cands) == 1:
             b = _Bucket(cands, [], count, elem_size, collective, decided=Pick(
                 model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x: not measured)"))
-            b.done.set()
+            b.release()
             return b
         # warm-ups first, then rounds over every candidate (interleaved: a slow spell hits all alike), each a
-        # burst of back-to-back calls started together (how a loop of such calls runs)
+        # burst of back-to-back calls started together (how a loop of such calls runs); the rounds after the
+        # first are the cut's to schedule
         schedule: list[tuple[int, bool, bool]] = []
         rounds, burst = _rounds([_predicted(preds, c) for c in cands])
         for i, c in enumerate(cands):
             if rounds > 1 and (collective, c.algo) not in self._warm:  # a call of seconds: set-up is noise
                 self._warm.add((collective, c.algo))
                 schedule.append((i, False, False))
-        schedule += [(i, True, j == 0) for _ in range(rounds) for i in range(len(cands)) for j in range(burst)]
-        return _Bucket(cands, schedule, count, elem_size, collective)
+        per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
+        return _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:])
 
     # -- the worker's side (call order) ------------------------------------------
     def measured(self, trial: Trial, seconds: float) -> None:
-        """A trial call ran in `seconds` on this rank; after a bucket's last, decide it."""
+        """A trial call ran in `seconds` on this rank; after the first round's
+        last, cut (or decide); after the bucket's last, decide."""
         b = trial.bucket
         if trial.timed:
             b.times.setdefault(trial.candidate, []).append(seconds)
-        if trial.last:
-            try:
-                self._decide(trial.key, b)
-            finally:
-                b.done.set()
+        if not trial.last:
+            return
+        try:
+            if not b.cut.is_set():
+                self._cut(trial.key, b)
+            else:
+                self._decide(trial.key, b, self._agreed(b, [i for i in range(len(b.candidates)) if i in b.times
+                                                            and i not in b.agreed]))
+        finally:
+            if b.decided is not None or not b.cut.is_set():  # decided, or failed
+                b.release()
 
-    def _decide(self, key: tuple[str, str, int], b: _Bucket) -> None:
-        mine = [statistics.median(b.times[i]) for i in range(len(b.candidates))]
-        slowest = self.agree(mine)  # the same list on every rank
-        best = min(range(len(slowest)), key=lambda i: (slowest[i], i))
+    def _agreed(self, b: _Bucket, which: list[int]) -> dict[int, float]:
+        """The slowest rank's median call of each of these candidates (one all-reduce: every rank gets the same)."""
+        slowest = self.agree([statistics.median(b.times[i]) for i in which])
+        return dict(zip(which, slowest, strict=True))
+
+    def _cut(self, key: tuple[str, str, int], b: _Bucket) -> None:
+        """After the first round: keep the candidates within KEEP_WITHIN of the
+        fastest for the later rounds, or decide now (one left, or no later round)."""
+        first = self._agreed(b, list(range(len(b.candidates))))
+        fastest = min(first.values())
+        keep = [i for i, t in first.items() if t <= fastest * KEEP_WITHIN]
+        if len(keep) == 1 or not b.later:
+            self._decide(key, b, first)
+            return
+        b.agreed = {i: t for i, t in first.items() if i not in keep}  # the dropped keep their first round's time
+        b.schedule = b.schedule + [e for r in b.later for e in r if e[0] in keep]
+        b.cut.set()
+
+    def _decide(self, key: tuple[str, str, int], b: _Bucket, last: dict[int, float]) -> None:
+        """Decide the bucket: the fastest of the candidates timed to the end (`last`, agreed)."""
+        times = {**b.agreed, **last}
+        best = min(last, key=lambda i: (last[i], i))
         won = b.candidates[best]
-        why = "measured: " + ", ".join(f"{_label(c)} {t * 1e3:.3f} ms"
-                                       for c, t in zip(b.candidates, slowest, strict=True))
+        why = "measured: " + ", ".join(f"{_label(c)} {times[i] * 1e3:.3f} ms"
+                                       + (" (dropped after round 1)" if i in b.agreed else "")
+                                       for i, c in enumerate(b.candidates))
         pick = Pick(won.algo, won.chunks, why)
         b.decided = pick
         with self._lock:
             self._decided[key] = pick
-        self._samples += [(key[0], b.count, b.elem_size, c.algo, c.chunks, t)
-                          for c, t in zip(b.candidates, slowest, strict=True)]
+        self._samples += [(key[0], b.count, b.elem_size, c.algo, c.chunks, times[i])
+                          for i, c in enumerate(b.candidates)]
         log.info("hocc tuning: %s %s bucket %d: %s -> %s", key[0], key[1], key[2], why, _label(pick))
         fit = self._refit()
         if self.file is not None and self.writer:
