@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.backend.process_group import PLANNED_BROADCAST_BYTES
 from hocc.bench.launch import free_port
 from tests.worlds import run_world
 
@@ -246,6 +247,63 @@ def _ops_and_modes(rank: int, world: int, hg: dist.ProcessGroup, gloo: dist.Proc
 
 def test_every_collective_matches_gloo() -> None:
     run_world(4, _collectives_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
+
+
+def _broadcast_body(rank: int, world: int) -> None:
+    """broadcast returns the root's bytes exactly, for every dtype, size and root, NaN payloads and -0.0
+    included; it is planned (a sum of the root's bytes and zeros) from PLANNED_BROADCAST_BYTES, and for the
+    dtypes gloo has no broadcast for. A strided view gets the root's elements (gloo's own broadcast returns
+    the first bytes of its storage there)."""
+    gloo = dist.new_group(backend="gloo")
+    hg = dist.new_group(backend="hocc")
+    specials = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 1e-40])
+
+    def tensor(of: int, dtype: torch.dtype, n: int) -> torch.Tensor:  # rank `of`'s input
+        g = torch.Generator().manual_seed(1000 * of + n)
+        if dtype == torch.bool:
+            return torch.rand(n, generator=g) > 0.5
+        x = (torch.randn(n, generator=g) * 100).to(dtype)
+        if dtype.is_floating_point and n >= len(specials):
+            x[:len(specials)] = specials.to(dtype)
+        return x
+
+    def calls() -> int:  # hocc's calls on hg so far
+        try:
+            return int(hocc.stats(hg)["calls"])
+        except hocc.HoccError:  # none yet
+            return 0
+
+    def check(sizes: tuple[int, ...]) -> None:
+        for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.complex64, torch.bool, torch.int8,
+                      torch.int16, torch.uint8, torch.int64):
+            for n in sizes:
+                for root in (0, world - 1):
+                    got = tensor(rank, dtype, n)
+                    before = calls()
+                    dist.broadcast(got, root, group=hg)
+                    planned = calls() > before
+                    # int16 is planned at any size (gloo has no int16 broadcast), the others from the threshold
+                    assert planned == (dtype == torch.int16 or got.nbytes >= PLANNED_BROADCAST_BYTES), \
+                        (dtype, n, planned)
+                    want = tensor(root, dtype, n)
+                    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (dtype, n, root)
+                    if dtype in (torch.float32, torch.float64, torch.int64):  # and what gloo's own returns
+                        ref = tensor(rank, dtype, n)
+                        dist.broadcast(ref, root, group=gloo)
+                        assert torch.equal(got.view(torch.uint8), ref.view(torch.uint8)), (dtype, n, root)
+
+    assert PLANNED_BROADCAST_BYTES < 33331
+    check((0, 1, 3, 13, 1031, 33331, 40009))
+    plan = hocc.last_plan(hg)
+    assert plan is not None and plan.collective == "all_reduce", "broadcast did not go through hocc"
+    strided = (torch.arange(20000.0) + rank)[::2]
+    work = dist.broadcast(strided, 1, group=hg, async_op=True)
+    work.wait()
+    assert torch.equal(strided, torch.arange(20000.0)[::2] + 1), strided
+
+
+def test_broadcast_is_planned_and_exact() -> None:
+    run_world(4, _broadcast_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
 
 
 def _groups_body(rank: int, world: int) -> None:

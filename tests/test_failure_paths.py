@@ -85,6 +85,8 @@ BACKEND: dict[str, Path] = {
     "reduce_scatter_tensor async": lambda g, x, op: (
         [out := torch.zeros_like(x)],
         lambda: dist.reduce_scatter_tensor(out, x.repeat(_world(g)), op, group=g, async_op=True).wait()),
+    "broadcast": lambda g, x, op: (  # large enough to be planned (PLANNED_BROADCAST_BYTES)
+        [big := x.repeat(10)], lambda: dist.broadcast(big, 0, group=g)),
     "all_gather_single coalesced": lambda g, x, op: _coalesced(g, x, op, gather=True),
     "reduce_scatter_single coalesced": lambda g, x, op: _coalesced(g, x, op, gather=False),
 }
@@ -150,7 +152,7 @@ VARIANTS = ("async", "get_future", "coalesced", "single")
 def _kinds(name: str) -> tuple[str, ...]:
     if any(v in name for v in VARIANTS):
         return ("count",)
-    return tuple(k for k in KINDS if not (k == "op" and "gather" in name))
+    return tuple(k for k in KINDS if not (k == "op" and ("gather" in name or name == "broadcast")))
 
 
 def _body(rank: int, world: int) -> None:
