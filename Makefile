@@ -50,42 +50,53 @@ test: $(STAMP) lint sanitize
 	$(PY) -m pytest -q --durations=15 tests
 
 # The C++ core under sanitizers (about 95 CPU-seconds, compiling included: a minute on 2 idle cores, about
-# 20 s when nothing needs rebuilding; no torch, no venv):
+# 20 s when nothing needs rebuilding; no torch; the venv only for its libucx):
 # csrc/tests/sanitize_main.cc runs plans on ranks as threads (in-process and shared-memory transports,
-# several lanes at once) and as forked processes (shared memory), checks every result, and drives the
-# abort, fault, mismatch, dead-peer and timeout paths. It and the csrc/ files that need neither torch nor
+# several lanes at once; UCX rails in the ASan build) and as forked processes (shared memory), checks every
+# result, and drives the abort, fault, mismatch, dead-peer and timeout paths. It and the csrc/ files that need neither torch nor
 # pybind11 are built twice into build/sanitize/ (never hocc/_C*.so), with ASan+UBSan and with TSan, and
 # both run (csrc/tests/run_sanitized.sh; output in build/sanitize/*/hocc_sanitize.log); a report, a wrong
 # result or a hang fails the target. A binary that dies at start with "unexpected memory mapping" (TSan where
-# ASLR puts libraries where its shadow memory goes) runs under `setarch -R` (ASLR off). No suppressions:
-# these files hold no third-party code.
+# ASLR puts libraries where its shadow memory goes) runs under `setarch -R` (ASLR off). No suppressions of
+# hocc's code: the one file of them (below) is UCX's leaks at exit.
 SAN_DIR := build/sanitize
 # every .cc under csrc/ (what setup.py builds, with the sanitizer's driver in csrc/tests/) but those that
-# need torch, pybind11 or UCX
-SAN_NEEDS_MORE := device/torch_device.cc transport/c10d.cc transport/ucx.cc python/bindings.cc python/call_queue.cc
+# need torch or pybind11
+SAN_NEEDS_MORE := device/torch_device.cc transport/c10d.cc python/bindings.cc python/call_queue.cc
+# UCX: the ASan build takes transport/ucx.cc with the libucx wheel that setup.py builds hocc._C with (the
+# venv's; the sanitize recipe finds it), and runs the UCX rails; the TSan build takes it without UCX (the
+# library is not instrumented, so each of its own accesses would be a report), as does a machine without it.
+# Its leaks at exit (UCX's process-wide state) are suppressed by csrc/tests/lsan_ucx.supp, UCX's only.
+SAN_UCX ?=
+SAN_UCX_CFLAGS := $(if $(SAN_UCX),-DHOCC_HAVE_UCX -I$(SAN_UCX)/include)
+SAN_RPATH := -Wl,-rpath,
+SAN_UCX_LIBS := $(if $(SAN_UCX),-L$(SAN_UCX)/lib $(SAN_RPATH)$(SAN_UCX)/lib -lucp -lucs)
+SAN_FIND_UCX := import importlib.util as u, pathlib as p; s = u.find_spec("libucx"); \
+	d = p.Path(next(iter(s.submodule_search_locations))) if s else None; \
+	print(d if d and (d / "include/ucp/api/ucp.h").exists() else "")
 SAN_SRCS := $(filter-out $(SAN_NEEDS_MORE),$(patsubst csrc/%,%,$(wildcard csrc/*/*.cc)))
 SAN_CXX ?= g++
 SAN_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -pthread -Wall -Icsrc
 SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_FLAGS_tsan := -fsanitize=thread
 SAN_ENV_asan := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/tests/lsan_ucx.supp
 SAN_ENV_tsan := TSAN_OPTIONS=second_deadlock_stack=1:halt_on_error=0
 SAN_BINS := $(SAN_DIR)/asan/hocc_sanitize $(SAN_DIR)/tsan/hocc_sanitize
 
 $(SAN_DIR)/asan/%.o: csrc/%.cc $(filter %.h,$(CSRC)) csrc/tests/check.h
 	@mkdir -p $(@D)
-	$(SAN_CXX) $(SAN_CXXFLAGS) $(SAN_FLAGS_asan) -c $< -o $@
+	$(SAN_CXX) $(SAN_CXXFLAGS) $(SAN_FLAGS_asan) $(if $(filter transport/ucx.cc,$*.cc),$(SAN_UCX_CFLAGS)) -c $< -o $@
 $(SAN_DIR)/tsan/%.o: csrc/%.cc $(filter %.h,$(CSRC)) csrc/tests/check.h
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(SAN_CXXFLAGS) $(SAN_FLAGS_tsan) -c $< -o $@
 $(SAN_DIR)/asan/hocc_sanitize: $(SAN_SRCS:%.cc=$(SAN_DIR)/asan/%.o)
-	$(SAN_CXX) $(SAN_FLAGS_asan) -pthread $^ -o $@
+	$(SAN_CXX) $(SAN_FLAGS_asan) -pthread $^ $(SAN_UCX_LIBS) -o $@
 $(SAN_DIR)/tsan/hocc_sanitize: $(SAN_SRCS:%.cc=$(SAN_DIR)/tsan/%.o)
 	$(SAN_CXX) $(SAN_FLAGS_tsan) -pthread $^ -o $@
 
 sanitize:
-	@$(MAKE) --no-print-directory -j2 $(SAN_BINS)
+	@$(MAKE) --no-print-directory -j2 $(SAN_BINS) SAN_UCX="$$($(PY) -c '$(SAN_FIND_UCX)' 2>/dev/null)"
 	@echo "== ASan + UBSan"; sh csrc/tests/run_sanitized.sh $(SAN_DIR)/asan/hocc_sanitize $(SAN_ENV_asan)
 	@echo "== TSan"; sh csrc/tests/run_sanitized.sh $(SAN_DIR)/tsan/hocc_sanitize $(SAN_ENV_tsan)
 

@@ -86,7 +86,7 @@ BACKEND: dict[str, Path] = {
         [out := torch.zeros_like(x)],
         lambda: dist.reduce_scatter_tensor(out, x.repeat(_world(g)), op, group=g, async_op=True).wait()),
     "broadcast": lambda g, x, op: (  # large enough to be planned (PLANNED_BROADCAST_BYTES)
-        [big := x.repeat(10)], lambda: dist.broadcast(big, 0, group=g)),
+        [big := x.repeat(20)], lambda: dist.broadcast(big, 0, group=g)),
     "all_gather_single coalesced": lambda g, x, op: _coalesced(g, x, op, gather=True),
     "reduce_scatter_single coalesced": lambda g, x, op: _coalesced(g, x, op, gather=False),
 }

@@ -32,9 +32,10 @@ DELEGATED = {
 } | {"all_to_all_single": "alltoall_base"}
 
 
-# Smaller broadcasts are gloo's own: there a call is its latency, and gloo's one-to-all is faster than a
-# planned all-reduce (bench/results/broadcast: 1.7-2.6 ms against 3.3-5.8 ms at 4 B-4 KiB, 2.2x slower at 64 KiB).
-PLANNED_BROADCAST_BYTES = 32 * 1024
+# Smaller broadcasts are gloo's own: there a call is its latency, and gloo's one-to-all is as fast or faster
+# than a planned all-reduce (bench/results/broadcast, 200 Mbit/s: 2x4 at 32 KiB 3.4 ms against 6.2 ms, at
+# 64 KiB 9.0 against 3.7 ms; 4x2 ties at 64 KiB; from 1 MiB the planned one is 2.2-3.3x faster).
+PLANNED_BROADCAST_BYTES = 64 * 1024
 # the dtypes gloo's broadcast takes (torch 2.13: int16, uint16 and the float8s raise "Invalid scalar type")
 GLOO_BROADCASTS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
                              torch.complex128, torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64})
@@ -235,22 +236,23 @@ class HoccProcessGroup(dist.ProcessGroup):
         """The root's tensor to every rank, as a planned sum of its bytes seen
         as integers, to which every other rank adds zeros (x + 0 is x, bit for
         bit, whatever the dtype: NaN payloads and -0.0 included). So it follows
-        the hierarchy as all_reduce does: a host's link carries the data about
-        twice, where gloo's broadcast sends it from the root to each rank of
-        every other host in turn (DDP's start-up broadcast of 16 MiB on the
-        emulated 2x4: 2.8 s on gloo). Each rank sums into a copy; the caller's
-        tensor gets the result only once the call succeeded (a strided view
-        too: gloo's own broadcast sends the bytes its storage holds there).
-        CUDA tensors keep NCCL's broadcast, which is pipelined already, and
-        calls below PLANNED_BROADCAST_BYTES gloo's, where gloo has the dtype."""
+        the hierarchy as all_reduce does, where gloo's broadcast sends the data
+        from the root to each rank of every other host in turn (DDP's start-up
+        broadcast of 16 MiB on the emulated 2x4: 2.8 s on gloo, 0.84 s here).
+        Each rank sums into a copy; the caller's tensor gets the result only
+        once the call succeeded (a strided view too: gloo's own broadcast sends
+        the bytes its storage holds there). CUDA tensors keep NCCL's broadcast,
+        which is pipelined already, and calls below PLANNED_BROADCAST_BYTES
+        gloo's, where gloo has the dtype."""
         opts = opts if opts is not None else dist.BroadcastOptions()
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         t = tensors[0]
-        dense = t.contiguous() if t.layout == torch.strided else t  # a strided view: its elements, in order
-        small = t.nbytes < PLANNED_BROADCAST_BYTES and t.dtype in GLOO_BROADCASTS
-        bits = (_as_integers(dense) if len(tensors) == 1 and opts.rootTensor == 0 and t.device.type == "cpu"
-                and not small and self._planned(t.device) else None)
+        planned = (len(tensors) == 1 and opts.rootTensor == 0 and t.layout == torch.strided
+                   and t.device.type == "cpu" and self._planned(t.device)
+                   and (t.nbytes >= PLANNED_BROADCAST_BYTES or t.dtype not in GLOO_BROADCASTS))
+        dense = t.contiguous() if planned else t  # a strided view: its elements, in order
+        bits = _as_integers(dense) if planned else None
         if bits is None:
             return self.inner(t.device).broadcast(tensors, opts)
         root = self.rank() == opts.rootRank
@@ -340,9 +342,7 @@ class HoccProcessGroup(dist.ProcessGroup):
 
 def _as_integers(t: torch.Tensor) -> torch.Tensor | None:
     """A flat integer view of a contiguous `t`'s bytes (the widest integer its
-    size and offset allow), or None where there is none (sparse, say)."""
-    if t.layout != torch.strided or not t.is_contiguous():
-        return None
+    size and offset allow), or None where its dtype has none."""
     try:
         flat = t.reshape(-1).view(torch.uint8)
     except RuntimeError:
