@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 
 import hocc
 from hocc.bench.launch import free_port
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from hocc.engine.ucx import attach_ucx
 from hocc.executor import load, ucx_unavailable
 
@@ -53,7 +53,7 @@ def _rank(rank: int, world: int, port: int, calls: int, rounds: int, spins: list
     hocc.all_reduce(t, algo="native")
     engine = find_engine(dist.group.WORLD, torch.device("cpu"))
     assert engine is not None and engine._last is not None
-    plan = engine._last.native
+    plan = engine._last.cpp
 
     def executor_run(spin_us: float = 0.0) -> None:
         if spin_us:

@@ -23,9 +23,9 @@ from gpu_faults import (
 from gpu_results import sample, torch_all_gather, torch_reduce_scatter
 
 import hocc
-from hocc import executor as native
-from hocc.engine.registry import find_engine
-from hocc.executor.plans import dtype_name
+from hocc import executor
+from hocc.engine.group_engines import find_engine
+from hocc.executor.cpp_form import dtype_name
 
 MIB = 1 << 20
 HELD_BOUND = 8 * MIB  # memory: what hocc may hold after the calls (a small kept work buffer, not a call's size)
@@ -56,7 +56,7 @@ def _timed(fn: Callable[[], None], iters: int, gpu: bool) -> tuple[float, float]
 
 
 def check_device_copy(device: str) -> dict:
-    c = native.load()
+    c = executor.load()
     gpu = is_cuda(device)
     dev = str(torch.device(device)) if gpu else "cpu"
     sizes, iters = ((64 * MIB, 1 << 30), 20) if gpu else ((64 * MIB,), 5)

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.topology import parse_spec

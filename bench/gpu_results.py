@@ -21,9 +21,9 @@ from gpu_faults import (
 )
 
 import hocc
-from hocc import executor as native
+from hocc import executor
+from hocc.executor.cpp_form import dtype_name
 from hocc.executor.inproc import InProcWorld
-from hocc.executor.plans import dtype_name
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.topology import parse_spec
 
@@ -150,7 +150,7 @@ _KEPT: list[Any] = []
 
 def _check_comm(device: str, group: dist.ProcessGroup, gen: torch.Generator, so_far: str) -> dict:
     """hocc._C's c10d comm over the world-of-one backend (NCCL's kernels on one member), called directly."""
-    c = native.load()
+    c = executor.load()
     backend = group._get_backend(torch.device(device))
     dev = str(torch.device(device)) if is_cuda(device) else "cpu"
 

@@ -16,8 +16,8 @@ import statistics
 import time
 
 from hocc.engine.agreement import plan_hash
-from hocc.engine.plans import PlanCache
-from hocc.executor.plans import to_native
+from hocc.engine.plan_cache import PlanCache
+from hocc.executor.cpp_form import to_cpp
 from hocc.plan.crossover import Crossover
 from hocc.plan.planner import PlannerConfig, build_plan, make_plan
 from hocc.plan.policy import planner_settings
@@ -58,7 +58,7 @@ def main() -> int:
             pick = table.pick(count * 4)
             t0 = time.perf_counter()
             plan = build_plan(coll, count, 4, topo, pick.algo, pick.settings(cfg), pick.why)
-            to_native(plan)
+            to_cpp(plan)
             plan_hash(plan)
             builds.append(time.perf_counter() - t0)
             t0 = time.perf_counter()

@@ -17,13 +17,13 @@ import uuid
 
 import torch
 
-from hocc import executor as native
+from hocc import executor
 from hocc.bench.sizes import parse_size
 
 
 def _rank(me: int, n: int, path: str, piece: int, wait: str, nbytes: int, iters: int, op: str, q: mp.Queue) -> None:
     torch.set_num_threads(1)
-    comm = native.load().ShmComm(path, me, n, piece, 60.0, wait)
+    comm = executor.load().ShmComm(path, me, n, piece, 60.0, wait)
     x = torch.ones(nbytes // 4)
     times = []
     for _ in range(iters + 1):  # the first is a warm-up
@@ -42,7 +42,7 @@ def _rank(me: int, n: int, path: str, piece: int, wait: str, nbytes: int, iters:
 def measure(n: int, op: str, nbytes: int, piece: int, wait: str, iters: int) -> tuple[float, float]:
     path = f"/dev/shm/hocc-bench-{uuid.uuid4().hex}"
     with open(path, "wb") as f:
-        f.truncate(native.load().ShmComm.segment_bytes(n, piece))
+        f.truncate(executor.load().ShmComm.segment_bytes(n, piece))
     try:
         q: mp.Queue = mp.Queue()
         procs = [mp.Process(target=_rank, args=(r, n, path, piece, wait, nbytes, iters, op, q)) for r in range(n)]

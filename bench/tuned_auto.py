@@ -42,7 +42,7 @@ def main() -> int:
     from hocc.bench.collectives import COLLECTIVES as BENCH
     from hocc.bench.collectives import BenchCollective
     from hocc.bench.sizes import parse_size
-    from hocc.engine.registry import get_engine
+    from hocc.engine.group_engines import get_engine
     from hocc.plan.crossover import bucket_of
 
     dist.init_process_group("gloo")

@@ -22,7 +22,7 @@ from hocc.backend.ddp_hook import ddp_comm_hook
 from hocc.backend.process_group import HoccProcessGroup, register
 from hocc.config import Config, configure, get_config
 from hocc.engine.errors import CallMismatchError, CollectiveError
-from hocc.engine.registry import reset_engines
+from hocc.engine.group_engines import reset_engines
 from hocc.engine.work import Work
 from hocc.plan import Plan, make_plan
 from hocc.topology import Topology, parse_spec

@@ -74,7 +74,7 @@ def check_held_memory(rank: int, world: int) -> None:
     once 8 calls (kKeepRuns) did not need it; each communicator a few segments of one stage's region (its
     scratch, and over UCX the buffer a reduction lands in: Comm::held_bytes). Here the ring's world comm holds
     3 of its 4 segments (2 of scratch for reduce_scatter_out, 1 landing) and HO-Ring's comms less."""
-    from hocc.engine.registry import find_engine
+    from hocc.engine.group_engines import find_engine
 
     big = 16 << 20  # bytes of the largest buffer of each call
     n = big // 4

@@ -31,12 +31,12 @@ FUNCTION_LEVEL = {
     ("hocc.bench.cli", "hocc.bench.launch"): "ranks start from a forkserver; `hocc-bench --help` and the "
                                               "parent's argument checks come first",
     ("hocc.bench.report", "hocc.bench.collectives"): "reports and plots are made from JSON without torch",
-    ("hocc.bench.runner", "hocc.engine.registry"): "a rank's engine, looked up only when auto is timed",
-    ("hocc.bench.runner", "hocc.executor.plans"): "the same",
+    ("hocc.bench.runner", "hocc.engine.group_engines"): "a rank's engine, looked up only when auto is timed",
+    ("hocc.bench.runner", "hocc.executor.cpp_form"): "the same",
     ("hocc.bench.runner", "hocc.plan.crossover"): "the same",
     ("hocc.bench.faults", "hocc"): "a rank of the fault matrix imports torch and hocc; the driver that starts "
                                    "the ranks and judges them runs without them",
-    ("hocc.bench.faults", "hocc.engine.registry"): "the same",
+    ("hocc.bench.faults", "hocc.engine.group_engines"): "the same",
     ("hocc.bench.planted_faults", "hocc"): "the same, for a planted fault's rank",
     ("hocc.tools.calibrate_cli", "hocc.tools.calibrate_nccl"): "nccl-tests logs are read only when given",
     ("hocc.tools.calibrate_nccl", "hocc.bench.sizes"): "sizes are parsed only for a log's own sweep",
@@ -44,8 +44,8 @@ FUNCTION_LEVEL = {
     ("hocc.tools.trace_cli", "hocc.record.plot"): "matplotlib only for --plot",
     ("hocc.tools.tune_cli", "hocc"): "`hocc tune` imports torch and the backend only when it runs, not for --help",
     ("hocc.tools.tune_cli", "hocc.bench.collectives"): "the same",
-    ("hocc.tools.tune_cli", "hocc.engine.registry"): "the same",
-    ("hocc.tools.tune_cli", "hocc.executor.plans"): "the same",
+    ("hocc.tools.tune_cli", "hocc.engine.group_engines"): "the same",
+    ("hocc.tools.tune_cli", "hocc.executor.cpp_form"): "the same",
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hocc import executor as native
+from hocc import executor
 from hocc.engine.dtypes import FLOAT_DTYPES
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
@@ -30,7 +30,7 @@ SIZES = (1, 13, 1031)
 def test_one_build_for_every_device_links_no_cuda() -> None:
     """GPUs are driven through torch (its NCCL backend, its kernels), so hocc._C itself links no CUDA or NCCL
     library: the same build loads on a CPU-only torch and on a CUDA one."""
-    c = native.load()
+    c = executor.load()
     linked = subprocess.run(["ldd", c.__file__], capture_output=True, text=True, check=True).stdout
     assert "libtorch" in linked or "libc10" in linked, linked
     for lib in ("cudart", "nccl", "cuda.so"):
@@ -40,7 +40,7 @@ def test_one_build_for_every_device_links_no_cuda() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["sum", "product", "min", "max"])
 def test_host_reduce_kernels_match_torch(dtype: torch.dtype, op: str) -> None:
-    c = native.load()
+    c = executor.load()
     gen = torch.Generator().manual_seed(7)
     torch_op = {"sum": torch.add, "product": torch.mul, "min": torch.minimum, "max": torch.maximum}[op]
     for n in (0, 1, 7, 1031, 70001):
@@ -142,7 +142,7 @@ def test_inproc_failure_in_one_rank_fails_all_promptly() -> None:
 def test_c10d_comm_called_directly_again_and_again() -> None:
     """A comm's collectives from Python (as the GPU check calls NCCL's): in place, so the comm's scratch is
     used, and again, so the scratch kept from the last call is too (it once outlived its device)."""
-    c = native.load()
+    c = executor.load()
     pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=30))
     comm = c.c10d_comm(pg, 0, 1, "cpu")
     for n in (5, 1031, 3):
@@ -167,7 +167,7 @@ def test_inproc_rejects_mismatched_buffers() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error path on a machine without a GPU")
 def test_cuda_transport_without_cuda_torch_raises_clearly() -> None:
-    c = native.load()
+    c = executor.load()
     with pytest.raises(RuntimeError, match="this build of torch has no cuda support, so hocc cannot run on cuda:0"):
         c.GroupTransport(0, 1, "cuda:0")
     with pytest.raises(RuntimeError, match="hocc"):

@@ -389,15 +389,15 @@ def test_checkpoint_builds_on_dtensor_alone() -> None:
 
 @pytest.mark.parametrize("hosts", [[(0, 1, 2, 3), (4, 5, 6, 7)], [(0, 3), (1, 2)], [(0, 5, 6), (1, 2, 7), (3, 4, 8)]])
 def test_shard_owners_follow_the_layout(hosts: list[tuple[int, ...]]) -> None:
-    """The rank the checkpoint names as each G block's holder is the one whose Layout puts its G
+    """The rank the checkpoint names as each G block's holder is the one whose ShardLayout puts its G
     range there, also when a rail's rank order is not its hosts' order ((0, 3), (1, 2): rail (2, 3))."""
     from hocc.paro.checkpoint import _rank_of_block
-    from hocc.paro.layout import Groups, Layout
+    from hocc.paro.layout import Groups, ShardLayout
 
     rails = [tuple(sorted(h[pos] for h in hosts)) for pos in range(len(hosts[0]))]
     size = sum(map(len, hosts))
     owner = _rank_of_block(tuple(hosts), tuple(rails))
     for r in range(size):
         g = Groups(None, None, None, hosts, rails, r, size)  # type: ignore[arg-type]
-        lay = Layout.of(5 * size - 1, g)
+        lay = ShardLayout.of(5 * size - 1, g)
         assert owner[lay.range("G")[0] // lay.block] == r, (hosts, r)

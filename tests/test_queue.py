@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from tests.worlds import hocc_env, run_world
 
 CPU = torch.device("cpu")

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import hocc
 from hocc.config import CALL_SETTINGS, ENGINE_SETTINGS, SETTINGS, Config, configure, reset_config, settings_markdown
 from hocc.engine.engine import Engine
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from tests.worlds import hocc_env, run_world
 
 CPU = torch.device("cpu")

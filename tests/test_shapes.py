@@ -1,4 +1,4 @@
-"""Size-generic plans (hocc.plan.shapes, hocc.engine.plans): a unit scaled to
+"""Size-generic plans (hocc.plan.shapes, hocc.engine.plan_cache): a unit scaled to
 any size is the plan the builders make for that size, its C++ form runs to
 torch's results, and a new size builds no plan."""
 
@@ -9,8 +9,8 @@ import itertools
 import pytest
 import torch
 
-import hocc.engine.plans as plans_mod
-from hocc.engine.plans import PlanCache
+import hocc.engine.plan_cache as plans_mod
+from hocc.engine.plan_cache import PlanCache
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
 from hocc.plan.types import Plan
@@ -41,8 +41,8 @@ def test_a_scaled_unit_is_the_builders_plan(spec: str) -> None:
             got = cache.get(coll, n, 4, algo, cfg)
             assert structure(got.plan) == structure(want), f"{spec} {coll} {algo} K={k} n={n}"
             assert got.plan.predicted_s == pytest.approx(want.predicted_s), f"{spec} {coll} {algo} K={k} n={n}"
-            assert got.native.work_elems == want.layout.size and got.native.chunks == want.chunks
-            scaled += got.native.scale > 1
+            assert got.cpp.work_elems == want.layout.size and got.cpp.chunks == want.chunks
+            scaled += got.cpp.scale > 1
     assert scaled > 100  # the sizes really went through scaling
 
 
@@ -71,7 +71,7 @@ def test_scaled_plans_run_to_torchs_results(spec: str) -> None:
         size_in = n * w if coll == "reduce_scatter" else n
         xs = [torch.randint(-4, 5, (size_in,), generator=gen).float() for _ in range(w)]
         outs = [torch.empty(n * w if coll == "all_gather" else n) for _ in range(w)]
-        world.run(entry.plan, xs, outs, native=entry.native)
+        world.run(entry.plan, xs, outs, cpp=entry.cpp)
         if coll == "all_gather":
             want = [torch.cat(xs)] * w
         else:
@@ -94,7 +94,7 @@ def test_a_new_size_builds_no_plan(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(plans_mod, "make_plan", refuse)
     monkeypatch.setattr(plans_mod, "build_unit", refuse)
-    monkeypatch.setattr(plans_mod, "to_native", refuse)
+    monkeypatch.setattr(plans_mod, "to_cpp", refuse)
     entries = [cache.get("all_reduce", n, 4, "ho_ring", cfg) for n in (1000003, 2 << 20, 77777, 4 << 20)]
     assert len({e.hash for e in entries}) == 4
     monkeypatch.undo()

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
-from hocc import executor as native
+from hocc import executor
 from tests.cases import check_all
 from tests.worlds import run_world
 
@@ -74,7 +74,7 @@ def test_two_jobs_on_one_host_with_other_wait_strategies(waits: tuple[str, str])
 
 
 def test_segment_errors_are_clear(tmp_path: object) -> None:
-    c = native.load()
+    c = executor.load()
     path = f"/dev/shm/hocc-test-{uuid.uuid4().hex}"
     with open(path, "wb") as f:
         f.truncate(4096)
@@ -94,7 +94,7 @@ def test_segment_errors_are_clear(tmp_path: object) -> None:
 def test_a_member_alone_times_out_and_stays_failed() -> None:
     """A barrier nobody else reaches raises within the timeout, and the group
     then fails at once instead of waiting again."""
-    c = native.load()
+    c = executor.load()
     path = f"/dev/shm/hocc-test-{uuid.uuid4().hex}"
     with open(path, "wb") as f:
         f.truncate(c.ShmComm.segment_bytes(2, 4096))

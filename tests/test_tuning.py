@@ -202,7 +202,7 @@ def test_settings() -> None:
 
 def _world_tuning(rank: int, world: int, path: str) -> None:
     """Trials run on every rank alike, results stay right through them, and every rank decides the same."""
-    from hocc.engine.registry import get_engine
+    from hocc.engine.group_engines import get_engine
 
     tuner = get_engine(dist.group.WORLD, torch.device("cpu")).tuner()  # type: ignore[arg-type]
     tuner.measure_all()  # hocc tune's trials (every bucket measured), to exercise them in a real world

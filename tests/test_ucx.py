@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hocc
 from hocc.engine.errors import CallMismatchError, CollectiveError
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from hocc.executor import load
 from tests.cases import assert_match, check_all
 from tests.worlds import hocc_env, run_world

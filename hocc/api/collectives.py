@@ -16,9 +16,9 @@ from hocc.api.capture import check_not_capturing
 from hocc.api.dlpack import accepts_arrays
 from hocc.config import get_config
 from hocc.engine.engine import Engine
-from hocc.engine.registry import get_engine
+from hocc.engine.group_engines import get_engine
 from hocc.engine.work import Work, copy_out
-from hocc.executor.plans import dtype_name
+from hocc.executor.cpp_form import dtype_name
 from hocc.plan.types import Plan
 
 ReduceOp = dist.ReduceOp

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.api.validate import HoccError
-from hocc.engine.registry import find_engine
+from hocc.engine.group_engines import find_engine
 from hocc.record.dump import dump_all
 from hocc.record.stats import engine_stats
 

@@ -19,7 +19,7 @@ from hocc.bench.report import footer, plot, skew_table, table, to_csv, to_json, 
 from hocc.bench.runner import BenchSpec, Row, run_bench
 from hocc.bench.sizes import parse_size, sweep
 from hocc.config import algo_choices, get_config, reset_config
-from hocc.engine.registry import get_engine
+from hocc.engine.group_engines import get_engine
 from hocc.plan.policy import settings_meta
 from hocc.plan.volumes import link_bound
 from hocc.topology import Topology, parse_spec

@@ -78,7 +78,7 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import hocc
-    from hocc.engine.registry import get_engine
+    from hocc.engine.group_engines import get_engine
 
     torch.set_num_threads(1)
     # ranks start with a generous rendezvous (one started late on a loaded machine is not the fault under

@@ -128,8 +128,8 @@ def _until_decided(coll: BenchCollective, size: int, spec: BenchSpec, device: to
     seconds until decided) on this rank; (0, 0.0) where nothing was measured.
     Every rank stops after the same call: a trial's decision is made inside
     the call that ends the trials."""
-    from hocc.engine.registry import get_engine
-    from hocc.executor.plans import dtype_name
+    from hocc.engine.group_engines import get_engine
+    from hocc.executor.cpp_form import dtype_name
     from hocc.plan.crossover import bucket_of
 
     world, rank = dist.get_world_size(), dist.get_rank()

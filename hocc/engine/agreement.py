@@ -45,13 +45,13 @@ class Call:
     algo: str  # the plan's algo (what runs, after auto)
     plan: int  # plan_hash
 
-    def native(self) -> tuple[int, int, int, str, str]:
+    def cpp(self) -> tuple[int, int, int, str, str]:
         """The executor's form (csrc/core/call.h)."""
         return self.seq, self.plan, self.count, self.collective, self.algo
 
     def id(self) -> bytes:
         """The 64-byte CallId the communicators trade (csrc/core/call.h: the one definition)."""
-        return bytes(load().call_id(self.native(), self.dtype, self.op))
+        return bytes(load().call_id(self.cpp(), self.dtype, self.op))
 
     def describe(self) -> str:
         return str(load().describe_call(self.id()))

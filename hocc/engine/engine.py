@@ -1,6 +1,6 @@
 """One engine per (process group, device type): it owns a call from plan to
 result, the same way on every device. The group (hocc.engine.group), the
-planner settings (hocc.plan.policy), the plan cache (hocc.engine.plans), the
+planner settings (hocc.plan.policy), the plan cache (hocc.engine.plan_cache), the
 communicators (hocc.engine.comms: torch's gloo or NCCL sub-groups, shared
 memory on a host) and the C++ executor that runs every plan live here, and
 one queue (hocc.engine.queue: a C++ worker thread) runs queued calls in the
@@ -30,14 +30,14 @@ from hocc.engine.comms import Communicators
 from hocc.engine.errors import CallMismatchError, CollectiveError
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
-from hocc.engine.plans import Compiled, PlanCache
+from hocc.engine.plan_cache import Compiled, PlanCache
 from hocc.engine.queue import CallQueue, Ticket, hand_off
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work, on_stream
 from hocc.executor import load
-from hocc.executor.plans import dtype_name
+from hocc.executor.cpp_form import dtype_name
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan
@@ -100,7 +100,7 @@ class Engine:
     def group(self) -> dist.ProcessGroup | None:
         """The process group the drop-in calls made this engine for (None for a
         backend's engine, or once that group is gone). Held weakly: the engine
-        never keeps a group torch has ended alive (hocc.engine.registry)."""
+        never keeps a group torch has ended alive (hocc.engine.group_engines)."""
         return self._group() if self._group is not None else None
 
     @group.setter
@@ -229,15 +229,15 @@ class Engine:
         """A plain call (_plain), straight into C++: a sync one on this thread when
         the queue is idle (its failure raises here), else queued to the worker (its
         failure comes back through _queued_run_failed, on the worker)."""
-        native_call = call.native() if cfg.check != "off" else None
+        cpp_call = call.cpp() if cfg.check != "off" else None
         dtype = dtype_name(inp.dtype)
         if not async_op:
             try:
-                if self._queue.run_here(self.executor, entry.native, inp, out, dtype, reduce_op, native_call, call.seq):
+                if self._queue.run_here(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq):
                     return None
             except (load().HoccNativeError, load().HoccMismatchError) as e:
                 raise self._run_failed(entry, call, cfg, e) from e
-        ticket = self._queue.push_run(self.executor, entry.native, inp, out, dtype, reduce_op, native_call, call.seq,
+        ticket = self._queue.push_run(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
                                       (entry, call, cfg, inp, out))
         return self._handed(Work(ticket, [out]), async_op)
 
@@ -299,8 +299,8 @@ class Engine:
             entry.setup.done = True
         # the work buffer is the executor's own (kept between calls only when small: Executor::kKeepWork);
         # the run is ordered on the caller's current stream (submit() made the call's stream current)
-        self.executor.run(entry.native, inp.data_ptr(), out.data_ptr(), 0, dtype_name(inp.dtype), reduce_op, 0,
-                          call.native() if call is not None else None, seq)
+        self.executor.run(entry.cpp, inp.data_ptr(), out.data_ptr(), 0, dtype_name(inp.dtype), reduce_op, 0,
+                          call.cpp() if call is not None else None, seq)
         if self.cfg.trace:
             self._log_trace(entry.plan)
 

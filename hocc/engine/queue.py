@@ -45,7 +45,7 @@ class Ticket:
         self._exc: BaseException | None = None
 
     def done(self) -> bool:
-        c = self._queue.native
+        c = self._queue.cpp
         if self._exc is not None or c.completed > self.n or c.dropped(self.n):
             self.context = None  # the run has ended: its tensors go with the caller's last reference
             return True
@@ -53,7 +53,7 @@ class Ticket:
 
     def _wait(self, timeout: float | None) -> None:
         if self._exc is None:
-            state = self._queue.native.wait(self.n, -1.0 if timeout is None else timeout)
+            state = self._queue.cpp.wait(self.n, -1.0 if timeout is None else timeout)
             if state == _TIMED_OUT:
                 raise TimeoutError(f"hocc: the call did not end within {timeout} s")
             if state == _DROPPED and self._exc is None:
@@ -173,7 +173,7 @@ class CallQueue:
                  dropped_error: Callable[[Ticket], BaseException]) -> None:
         self._on_failed = on_failed
         self.dropped_error = dropped_error
-        self.native = load().CallQueue(_weakly(self._failed), _weakly(self._done))
+        self.cpp = load().CallQueue(_weakly(self._failed), _weakly(self._done))
         self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
         self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
         self._lock = threading.RLock()  # C: knows its owner (held_here); Ctrl-C cannot leave it held
@@ -181,7 +181,7 @@ class CallQueue:
 
     @property
     def on_worker(self) -> bool:
-        return bool(self.native.on_worker)
+        return bool(self.cpp.on_worker)
 
     def held_here(self) -> bool:
         """Whether this thread holds the queue's lock: a collection that started under it (a finalizer
@@ -189,7 +189,7 @@ class CallQueue:
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def busy_for(self) -> float:
-        return float(self.native.busy_for())
+        return float(self.cpp.busy_for())
 
     def push_run(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
                  call: tuple[int, int, int, str, str] | None, seq: int, context: Any) -> Ticket:
@@ -198,7 +198,7 @@ class CallQueue:
         t = Ticket(self, context)
         with self._lock:
             self._forget_done()
-            t.n = self.native.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq)
+            t.n = self.cpp.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq)
             self._pending.append(t)
         return t
 
@@ -207,12 +207,12 @@ class CallQueue:
         """A sync call's Executor.run of `plan` on this thread, without the GIL, if the queue is
         idle: True once it ran (a failure raises hocc._C's HoccNativeError or HoccMismatchError);
         False if not (nothing done: push_run it)."""
-        return bool(self.native.run_here(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq))
+        return bool(self.cpp.run_here(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq))
 
     def run_python_here(self, fn: Callable[[], Any]) -> bool:
         """A sync call's fn() on this thread if the queue is idle: True once it ran (its exception
         raises); False if not (nothing done: push_python it)."""
-        return bool(self.native.run_python_here(fn))
+        return bool(self.cpp.run_python_here(fn))
 
     def push_python(self, fn: Callable[[], Any], context: Any = None) -> Ticket:
         """fn() on the worker: its value is the ticket's result, its exception the ticket's."""
@@ -226,12 +226,12 @@ class CallQueue:
 
         with self._lock:
             self._forget_done()
-            t.n = self.native.push_python(item)
+            t.n = self.cpp.push_python(item)
             self._pending.append(t)
         return t
 
     def _forget_done(self) -> None:
-        done = self.native.completed
+        done = self.cpp.completed
         while self._pending and self._pending[0].n < done:
             self._pending.popleft().context = None
 
@@ -248,7 +248,7 @@ class CallQueue:
         try:
             t._exc = self._on_failed(t, message, mismatch)
         except BaseException as e:  # noqa: BLE001 - the run failed whatever went wrong in naming it
-            self.native.mark_failed()
+            self.cpp.mark_failed()
             t._exc = CollectiveError(f"hocc: a queued call failed: {message} (and reporting it raised: {e!r})")
 
     def _done(self, completed: int) -> None:
@@ -262,7 +262,7 @@ class CallQueue:
                     calls.extend(self._callbacks.pop(n))
             while self._callbacks:  # re-arm for the lowest ticket still awaited
                 n = min(self._callbacks)
-                if self.native.watch(n):
+                if self.cpp.watch(n):
                     break
                 calls.extend(self._callbacks.pop(n))  # done meanwhile
         for t, fn in calls:
@@ -276,7 +276,7 @@ class CallQueue:
         entry = (t, fn)
         fresh = [entry]  # made before the lock: no collection can start while it is held
         with self._lock:
-            if t._exc is not None or not self.native.watch(t.n):
+            if t._exc is not None or not self.cpp.watch(t.n):
                 return False
             held = self._callbacks.get(t.n)
             if held is None:
@@ -288,15 +288,15 @@ class CallQueue:
     # -- teardown ---------------------------------------------------------------------
     def close(self) -> None:
         """Run what is queued, then stop the worker (not from the worker itself)."""
-        self.native.close()
+        self.cpp.close()
         with self._lock:
             self._forget_done()
 
     def wait_queued(self) -> None:
         """Wait for every call queued so far, in slices (Ctrl-C ends the wait)."""
-        last = self.native.pushed - 1
+        last = self.cpp.pushed - 1
         if last >= 0 and not self.on_worker:
-            self.native.wait(last, -1.0)
+            self.cpp.wait(last, -1.0)
 
     def drain(self) -> None:
         """close(), waiting for the queued calls first."""
@@ -305,7 +305,7 @@ class CallQueue:
 
     def cancel(self, why: str) -> None:
         """Drop what has not begun (each raises dropped_error()); the worker stops after its item."""
-        first = self.native.cancel(why)
+        first = self.cpp.cancel(why)
         with self._lock:
             dropped = [t for t in self._pending if t.n >= first]
             while self._pending and self._pending[-1].n >= first:  # never run: nothing of theirs stays
@@ -318,8 +318,8 @@ class CallQueue:
 
     def join(self) -> None:
         """Wait for the worker to stop (after close or cancel); not from the worker itself."""
-        self.native.join()
+        self.cpp.join()
 
     def mark_failed(self) -> None:
         """Plan runs not yet begun fail without running (on_failed answers for them)."""
-        self.native.mark_failed()
+        self.cpp.mark_failed()

@@ -52,7 +52,7 @@ from hocc.paro.moves import Logged
 
 if TYPE_CHECKING:
     from hocc.paro.shard import ParoModule
-    from hocc.paro.unit import Slot, Unit
+    from hocc.paro.unit import ShardUnit, Slot
 
 
 def full_state_dict(model: ParoModule) -> dict[str, torch.Tensor]:
@@ -77,7 +77,7 @@ def full_state_dict(model: ParoModule) -> dict[str, torch.Tensor]:
 
 # -- where things are -------------------------------------------------------------------
 
-def _units(model: ParoModule) -> Iterator[tuple[Unit, list[tuple[str, int, Slot]]]]:
+def _units(model: ParoModule) -> Iterator[tuple[ShardUnit, list[tuple[str, int, Slot]]]]:
     """Each unit (in the pass's order, the same on every rank) with its
     slots' state-dict names and indices."""
     prefix = {id(m): n + "." if n else "" for n, m in model.named_modules()}  # type: ignore[attr-defined]
@@ -116,7 +116,7 @@ def _rank_of_block(hosts: tuple[tuple[int, ...], ...], rails: tuple[tuple[int, .
     return tuple(out)
 
 
-def _g_parts(u: Unit, sl: Slot) -> list[tuple[int, int, int]]:
+def _g_parts(u: ShardUnit, sl: Slot) -> list[tuple[int, int, int]]:
     """(rank, lo, hi): every rank's non-empty G part of `sl`, in its
     flattened coordinates (the blocks it spans, not all W ranks)."""
     if sl.numel == 0:
@@ -135,7 +135,7 @@ Piece = tuple[int, int, int, int]             # (rank, slot index, lo, hi): [lo,
 _MESHES: dict[tuple[Any, str], DeviceMesh] = {}
 
 
-def _mesh(u: Unit) -> DeviceMesh:
+def _mesh(u: ShardUnit) -> DeviceMesh:
     """The 1-D mesh of the world ranks, in order, on the unit's device type:
     made once (it takes the default group, as FSDP2's 1-D mesh does)."""
     key = (u.groups.world, u.device.type)
@@ -169,7 +169,7 @@ def _local_shape(form: Form, rank: int, world: int) -> tuple[int, ...]:
     return ((b - a) // max(math.prod(shape[1:]), 1), *shape[1:])
 
 
-def _dtensor(u: Unit, local: torch.Tensor, form: Form) -> DTensor:
+def _dtensor(u: ShardUnit, local: torch.Tensor, form: Form) -> DTensor:
     """`local` (this rank's chunk) as the DTensor of `form`; its global shape
     and stride are given, so no rank checks another's (no collective)."""
     shape, replicated = form
@@ -178,7 +178,7 @@ def _dtensor(u: Unit, local: torch.Tensor, form: Form) -> DTensor:
                               shape=torch.Size(shape), stride=stride)
 
 
-def _pieces(u: Unit, forms: dict[int, Form]) -> tuple[list[Piece], list[Piece]]:
+def _pieces(u: ShardUnit, forms: dict[int, Form]) -> tuple[list[Piece], list[Piece]]:
     """For the slots in `forms` (slot index -> its DTensor's form): the pieces
     of this rank's G part that go to each rank's chunk (give), and the pieces of
     its own chunks that come from each rank's G part (take). Each is sorted by
@@ -200,7 +200,7 @@ def _pieces(u: Unit, forms: dict[int, Form]) -> tuple[list[Piece], list[Piece]]:
     return sorted(give), sorted(take)
 
 
-def _all_to_all(u: Unit, give: list[Piece], take: list[Piece], read: Callable[[Piece], torch.Tensor],
+def _all_to_all(u: ShardUnit, give: list[Piece], take: list[Piece], read: Callable[[Piece], torch.Tensor],
                 dtype: torch.dtype) -> torch.Tensor:
     """One all_to_all_single over the world, on the unit's worker (every rank
     makes it for the same unit at the same point): sends read(p) for each
@@ -226,7 +226,7 @@ def _all_to_all(u: Unit, give: list[Piece], take: list[Piece], read: Callable[[P
     return recv
 
 
-def _to_chunks(u: Unit, forms: dict[int, Form], dtype: torch.dtype,
+def _to_chunks(u: ShardUnit, forms: dict[int, Form], dtype: torch.dtype,
                gparts: dict[int, torch.Tensor] | None) -> dict[int, DTensor]:
     """A DTensor per slot in `forms`, its local chunk made of every rank's G
     part of it (gparts[i]: this rank's, 1-D): one all_to_all for the unit.
@@ -245,7 +245,7 @@ def _to_chunks(u: Unit, forms: dict[int, Form], dtype: torch.dtype,
     return {i: _dtensor(u, local[i], forms[i]) for i in forms}
 
 
-def _from_chunks(u: Unit, values: dict[int, DTensor], gbuf: torch.Tensor) -> None:
+def _from_chunks(u: ShardUnit, values: dict[int, DTensor], gbuf: torch.Tensor) -> None:
     """The inverse of _to_chunks: this rank's G part of each slot's DTensor,
     from every rank's chunk of it, into gbuf (the unit's vector at scope G).
     One all_to_all for the unit."""
@@ -267,7 +267,7 @@ def _form_of(v: DTensor) -> Form:
     return tuple(v.shape), v.placements[0].is_replicate()
 
 
-def _check_dtensor(name: str, v: DTensor, sl: Slot, u: Unit) -> DTensor:
+def _check_dtensor(name: str, v: DTensor, sl: Slot, u: ShardUnit) -> DTensor:
     """A DTensor this module can move: over a 1-D mesh of the world ranks in
     order, Shard(0) or Replicate (FSDP2's form too), in the parameter's shape
     or flattened (checkpoints written before DTensors)."""
@@ -294,7 +294,7 @@ def _plain_part(name: str, value: Any, sl: Slot, lo: int, hi: int) -> torch.Tens
     return value.detach().reshape(-1)[lo:hi]
 
 
-def _fill_g(u: Unit, gbuf: torch.Tensor, values: dict[int, tuple[str, Any]]) -> None:
+def _fill_g(u: ShardUnit, gbuf: torch.Tensor, values: dict[int, tuple[str, Any]]) -> None:
     """Each value's part in this rank's G range into gbuf (slot index -> (its
     name, a DTensor or a whole tensor)): the DTensors' by one all_to_all for
     all of them, the whole ones' by slicing. Collective when any is a DTensor
@@ -312,7 +312,7 @@ def _fill_g(u: Unit, gbuf: torch.Tensor, values: dict[int, tuple[str, Any]]) -> 
         _from_chunks(u, moved, gbuf)
 
 
-def _gather_to_optim(u: Unit, gbuf: torch.Tensor) -> torch.Tensor:
+def _gather_to_optim(u: ShardUnit, gbuf: torch.Tensor) -> torch.Tensor:
     """Every rank's G part (gbuf) gathered into a new vector at the optimizer's scope."""
     o = u.strategy.optim
     out = torch.empty(u.layout.size(o), dtype=gbuf.dtype, device=gbuf.device)
@@ -424,7 +424,7 @@ def load_full_state_dict(model: ParoModule, sd: dict[str, torch.Tensor], strict:
 
 # -- optimizer state --------------------------------------------------------------------
 
-def _param_index(model: ParoModule) -> dict[int, tuple[str, Unit, int]]:
+def _param_index(model: ParoModule) -> dict[int, tuple[str, ShardUnit, int]]:
     """id(the optimizer's parameter, a unit's `sharded`) -> (its name, unit, slot index)."""
     return {id(u.sharded[i]): (name, u, i) for u, named in _units(model) for name, i, _ in named}
 

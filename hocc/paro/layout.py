@@ -62,7 +62,7 @@ class Groups:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ShardLayout:
     """One unit's flat vector of `numel` elements on `groups`' ranks: padded
     to W blocks of `block` elements, rail-major (module docstring). `range(s)`
     is this rank's shard at scope s, as [start, stop) of the flat vector."""
@@ -75,7 +75,7 @@ class Layout:
     rail_index: int
 
     @classmethod
-    def of(cls, numel: int, g: Groups) -> Layout:
+    def of(cls, numel: int, g: Groups) -> ShardLayout:
         block = max(1, -(-numel // g.size))
         return cls(numel, block, g.size, g.n_groups, g.position, g.rail_index)
 

@@ -20,7 +20,7 @@ caller queued before it: the gradients autograd wrote, the optimizer's
 step), and the submitter's stream waits on an event recorded after the move
 before its future resolves (so whatever the caller queues once it has the
 result comes after the move). Buffers the caller made stay referenced until
-it has the result (Unit.inflight, Pass.gathering), so the caching allocator
+it has the result (ShardUnit.inflight, Pass.gathering), so the caching allocator
 cannot hand them to the caller's stream while the move still uses them, and
 what the worker allocates is made and freed on its own stream.
 """

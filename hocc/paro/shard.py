@@ -46,7 +46,7 @@ from hocc.paro.clip import clip_grad_norm_
 from hocc.paro.layout import Groups, build_groups, intra_groups_of
 from hocc.paro.moves import Moves
 from hocc.paro.strategy import Strategy, parse
-from hocc.paro.unit import Unit
+from hocc.paro.unit import ShardUnit
 
 
 class Pass:
@@ -56,22 +56,22 @@ class Pass:
     def __init__(self, moves: Moves, root: nn.Module) -> None:
         self.moves = moves
         self.root = root
-        self.units: list[Unit] = []
-        self.order: list[Unit] | None = None   # forward order, learnt on the first pass
-        self._seen: list[Unit] = []
-        self.owner: Unit | None = None         # the unit whose forward began this pass
+        self.units: list[ShardUnit] = []
+        self.order: list[ShardUnit] | None = None   # forward order, learnt on the first pass
+        self._seen: list[ShardUnit] = []
+        self.owner: ShardUnit | None = None         # the unit whose forward began this pass
         self.sync = True                       # set by no_sync / set_requires_gradient_sync
         self.sync_now = True                   # what this pass's backward does
         self.in_backward = False
         self.gathering: dict[int, Future[Any]] = {}
-        self.pending: list[tuple[Unit, Future[Any]]] = []
+        self.pending: list[tuple[ShardUnit, Future[Any]]] = []
         self.broadcast_buffers = True
         self.buffers_due = True                # as DDP: at the forward after a synced one
         self.overlap = True                    # False: every move is waited for at once (to measure overlap)
         self.probe: Any = None                 # a memory probe (memory.Probe) sampling at each hook
 
     # -- order and prefetch -----------------------------------------------------------
-    def _next(self, unit: Unit, step: int) -> Unit | None:
+    def _next(self, unit: ShardUnit, step: int) -> ShardUnit | None:
         """The unit after (step +1) or before (-1) this one in forward order;
         the root's forward and backward come first, so for it the first unit's
         forward and the last unit's backward."""
@@ -82,7 +82,7 @@ class Pass:
         i = self.order.index(unit) + step
         return self.order[i] if 0 <= i < len(self.order) else None
 
-    def gather(self, unit: Unit, wait: bool) -> None:
+    def gather(self, unit: ShardUnit, wait: bool) -> None:
         fut = self.gathering.pop(id(unit), None)
         if fut is not None and unit.stale():  # prefetched before an optimizer step: gather again
             fut.result()
@@ -95,14 +95,14 @@ class Pass:
             else:
                 self.gathering[id(unit)] = fut
 
-    def free(self, unit: Unit) -> None:
+    def free(self, unit: ShardUnit) -> None:
         """Free a unit's gathered parameters, after any gather into them ended."""
         fut = self.gathering.pop(id(unit), None)
         if fut is not None:
             fut.exception()
         unit.free()
 
-    def prefetch(self, unit: Unit | None) -> None:
+    def prefetch(self, unit: ShardUnit | None) -> None:
         if not self.overlap:
             return
         if (unit is not None and unit is not self.owner and id(unit) not in self.gathering
@@ -114,7 +114,7 @@ class Pass:
             self.probe.sample(where)
 
     # -- forward -----------------------------------------------------------------------
-    def pre_forward(self, unit: Unit) -> None:
+    def pre_forward(self, unit: ShardUnit) -> None:
         if self.owner is None:
             if self.in_backward:  # the last backward raised before it finished: let its moves go
                 self._abandon()
@@ -131,7 +131,7 @@ class Pass:
             self.prefetch(self._next(unit, +1))
         self.sample(f"forward {unit.module.__class__.__name__}")
 
-    def post_forward(self, unit: Unit, output: Any) -> Any:
+    def post_forward(self, unit: ShardUnit, output: Any) -> Any:
         unit.register(unit.sharded)
         grads = [t for t in _tensors(output) if t.requires_grad]
         if grads:
@@ -155,7 +155,7 @@ class Pass:
         self.moves.broadcast_all([b for b in self.root.buffers() if b is not None])
 
     # -- backward ----------------------------------------------------------------------
-    def pre_backward(self, unit: Unit) -> None:
+    def pre_backward(self, unit: ShardUnit) -> None:
         if not self.in_backward:
             self.in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(self.finish_backward)
@@ -164,7 +164,7 @@ class Pass:
         self.prefetch(self._next(unit, -1))
         self.sample(f"backward {unit.module.__class__.__name__}")
 
-    def grad_ready(self, unit: Unit) -> None:
+    def grad_ready(self, unit: ShardUnit) -> None:
         if unit.gfull is None and not unit.reduced:
             raise RuntimeError(
                 f"paro_shard: {type(unit.module).__name__}'s parameters got gradients before its backward began; "
@@ -174,7 +174,7 @@ class Pass:
         if unit.ready == unit.n_trainable and not unit.reduced:
             self.post_backward(unit)
 
-    def post_backward(self, unit: Unit) -> None:
+    def post_backward(self, unit: ShardUnit) -> None:
         """Submit this unit's reduction, then wait for the one before it: one
         reduction in flight while autograd computes, so at most two units'
         gradient buffers are held whole (FSDP2 bounds its memory the same way)."""
@@ -239,7 +239,7 @@ class ParoModule:
     """Methods a module gains from paro_shard (its class becomes a subclass
     of this and of its own class, as with FSDP2)."""
 
-    _paro_unit: Unit
+    _paro_unit: ShardUnit
     _paro_pass: Pass
 
     @contextmanager
@@ -257,7 +257,7 @@ class ParoModule:
     def set_requires_gradient_sync(self, sync: bool) -> None:
         self._paro_pass.sync = bool(sync)
 
-    def paro_units(self) -> list[Unit]:
+    def paro_units(self) -> list[ShardUnit]:
         return list(self._paro_pass.units)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
@@ -314,7 +314,7 @@ def paro_shard(module: nn.Module, strategy: str | Strategy, *, groups: Groups | 
                          "intra-groups (or pass groups=)")
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     moves = Moves(groups, comm, algo, device)
-    unit = Unit(module, s, groups, moves, param_dtype, reduce_dtype)
+    unit = ShardUnit(module, s, groups, moves, param_dtype, reduce_dtype)
     shared = Pass(moves, module)
     shared.broadcast_buffers, shared.overlap = broadcast_buffers, overlap
     adopted = {id(p) for m in inner for p in [m._paro_pass]}

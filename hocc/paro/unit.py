@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from hocc.paro.layout import Groups, Layout
+from hocc.paro.layout import Groups, ShardLayout
 from hocc.paro.moves import Moves
 from hocc.paro.strategy import Strategy
 
@@ -90,7 +90,7 @@ def owned_parameters(module: nn.Module,
     return out
 
 
-class Unit:
+class ShardUnit:
     def __init__(self, module: nn.Module, strategy: Strategy, groups: Groups, moves: Moves,
                  param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None) -> None:
         tied_names: dict[int, list[tuple[nn.Module, str]]] = {}
@@ -119,7 +119,7 @@ class Unit:
             slots.append(Slot(fqn, owner, attr, p.shape, off, p.requires_grad, tuple(tied_names.get(id(p), ()))))
             off += p.numel()
         self.slots: list[Slot] = slots
-        self.layout = Layout.of(off, groups)
+        self.layout = ShardLayout.of(off, groups)
         self.n_trainable = sum(s.trainable for s in slots)
 
         s, lay = self.strategy, self.layout
@@ -337,7 +337,7 @@ class Unit:
 
 
 # the unit of each optimizer parameter, by id (weakly): an optimizer step marks it stale
-_OWNER: dict[int, weakref.ref[Unit]] = {}
+_OWNER: dict[int, weakref.ref[ShardUnit]] = {}
 
 
 def _after_step(optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:

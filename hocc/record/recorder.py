@@ -34,7 +34,7 @@ def step_bytes(collective: str, members: int, seg: int, elem_size: int) -> int:
 
 
 class PlanSource(Protocol):
-    """Whatever hands out a call's plan (the engine's cache entry, hocc.engine.plans.Compiled)."""
+    """Whatever hands out a call's plan (the engine's cache entry, hocc.engine.plan_cache.Compiled)."""
 
     @property
     def plan(self) -> Plan: ...

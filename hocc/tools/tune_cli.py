@@ -39,8 +39,8 @@ def run(a: argparse.Namespace) -> int:
 
     import hocc
     from hocc.bench.collectives import COLLECTIVES as BENCH
-    from hocc.engine.registry import get_engine
-    from hocc.executor.plans import dtype_name
+    from hocc.engine.group_engines import get_engine
+    from hocc.executor.cpp_form import dtype_name
 
     ops = [o.strip() for o in a.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in COLLECTIVES]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hocc.engine.agreement import plan_hash
-from hocc.executor.plans import to_native
+from hocc.executor.cpp_form import to_cpp
 from hocc.plan.buffers import is_identity, route_as
 from hocc.plan.planner import PlannerConfig, make_plan, predicted
 from hocc.plan.registry import algorithm
@@ -48,12 +48,12 @@ class Variant:
     """A unit routed one way (hocc.plan.buffers.route_as): the plan, its C++ form, its hash."""
 
     plan: Plan
-    native: Any
+    cpp: Any
     hash: int
 
 
 @dataclass
-class Unit:
+class GenericPlan:
     """One size-generic plan, both routings made when first needed."""
 
     plan: Plan
@@ -68,18 +68,18 @@ class Unit:
         v = self.variants.get(identity)
         if v is None:
             p = route_as(self.plan, identity)
-            v = self.variants[identity] = Variant(p, to_native(p), plan_hash(p))
+            v = self.variants[identity] = Variant(p, to_cpp(p), plan_hash(p))
         return v
 
 
 class Compiled:
-    """A cached plan: its C++ form (`native`), its hash (agreement.plan_hash,
+    """A cached plan: its C++ form (`cpp`), its hash (agreement.plan_hash,
     or a unit's hash with the count), its algo, and the Python plan, built
     on first read. `reason`, when set, replaces the plan's own (auto's)."""
 
-    def __init__(self, native: Any, hash: int, algo: str, build: Callable[[], Plan], setup: Setup,
+    def __init__(self, cpp: Any, hash: int, algo: str, build: Callable[[], Plan], setup: Setup,
                  groups: Plan | None = None) -> None:
-        self.native, self.hash, self.algo = native, hash, algo
+        self.cpp, self.hash, self.algo = cpp, hash, algo
         self.setup = setup
         self.reason: str | None = None
         self._build = build
@@ -101,7 +101,7 @@ class Compiled:
 
     @staticmethod
     def of(plan: Plan) -> Compiled:
-        return Compiled(to_native(plan), plan_hash(plan), plan.algo, lambda: plan, Setup())
+        return Compiled(to_cpp(plan), plan_hash(plan), plan.algo, lambda: plan, Setup())
 
 
 class PlanCache:
@@ -109,7 +109,7 @@ class PlanCache:
         self.topology = topology
         self.size = size
         self._plans: dict[tuple[Any, ...], Compiled] = {}
-        self._units: dict[tuple[Any, ...], Unit | None] = {}
+        self._units: dict[tuple[Any, ...], GenericPlan | None] = {}
 
     def get(self, collective: str, count: int, elem_size: int, algo: str, settings: PlannerConfig) -> Compiled:
         key = (collective, count, elem_size, algo, settings)
@@ -133,7 +133,7 @@ class PlanCache:
         lay = scaled_layout(unit.plan, count)
         v = unit.variant(is_identity(collective, lay, unit.in_order))
         f = factor(unit.plan, count)
-        native = v.native.scaled(f, count, v.plan.work_at, v.plan.pack)
+        cpp = v.cpp.scaled(f, count, v.plan.work_at, v.plan.pack)
         digest = hashlib.blake2b(v.hash.to_bytes(8, "little") + count.to_bytes(8, "little"), digest_size=8)
         topo = self.topology
 
@@ -141,14 +141,14 @@ class PlanCache:
             plan = scale(v.plan, count)
             return replace(plan, predicted_s=predicted(plan, topo, elem_size, settings), reason="asked for")
 
-        return Compiled(native, int.from_bytes(digest.digest(), "little"), v.plan.algo, build, unit.setup, v.plan)
+        return Compiled(cpp, int.from_bytes(digest.digest(), "little"), v.plan.algo, build, unit.setup, v.plan)
 
-    def _unit(self, collective: str, count: int, algo: str, settings: PlannerConfig) -> Unit | None:
+    def _unit(self, collective: str, count: int, algo: str, settings: PlannerConfig) -> GenericPlan | None:
         k = chunks_for(count, settings.chunks) if algorithm(algo).chunked and settings.chunks is not None else 1
         key = (collective, algo, settings, k)
         if key not in self._units:
             plan = build_unit(collective, self.topology, algo, settings, k)
-            self._units[key] = Unit(plan) if plan is not None else None
+            self._units[key] = GenericPlan(plan) if plan is not None else None
         return self._units[key]
 
     def clear(self) -> None:

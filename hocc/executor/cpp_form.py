@@ -9,7 +9,7 @@ from hocc.executor import load
 from hocc.plan.types import Plan
 
 
-def to_native(plan: Plan) -> Any:
+def to_cpp(plan: Plan) -> Any:
     lay = plan.layout
     steps = [(s.stage, s.chunk, s.collective, s.impl, s.src, s.dst,
               [(list(g.ranks), g.offset, g.seg) for g in s.groups]) for s in plan.steps]
