@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hocc
 import hocc.plan.crossover as crossover
-from hocc.engine.tuning import TRY_WITHIN, Tuner
+from hocc.engine.tuning import MAX_DEFER, TRY_WITHIN, Tuner
 from hocc.engine.tuning_file import TuningFile
 from hocc.plan.crossover import Crossover, Pick, bucket_count, bucket_of, model_pick
 from hocc.plan.planner import PlannerConfig, predict_all
@@ -111,15 +111,50 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     best = min(p.seconds for p in preds.values())
     rivals = {(a, p.chunks if a == "ho_ring" else None) for a, p in preds.items() if p.seconds <= best * TRY_WITHIN}
     assert len(rivals) >= 2, preds
-    seen = []
+    seen, before = [], 0
     while True:
         pick, trial = close.pick("all_reduce", 1 << 16, 4, "float32")
+        if trial is None and not seen:  # before the trials: the model's pick, as an ordinary call
+            assert "measured from" in pick.why, pick
+            before += 1
+            continue
         if trial is None:
             break
         seen.append((pick.algo, pick.chunks))
         close.measured(trial, 0.01 if pick.algo == "native" else 0.02)
     assert set(seen) == rivals and len(seen) <= 50, seen  # the model's rivals only, each at the model's K
     assert pick.algo == "native" and pick.why.startswith("measured:")
+    assert before == close._buckets[("all_reduce", "float32", bucket_of(1 << 18))].deferred > 0
+
+
+def test_a_short_job_pays_nothing_for_measuring() -> None:
+    """A bucket's trials start only once its calls, on the model's pick, have cost what the trials would
+    (their calls at the model's prices and SET_UP_S per candidate not run yet): before that every call is an
+    ordinary call of the pick. Cheap calls wait longer than dear ones; hocc tune (measure_all) never waits."""
+    topo = parse_spec("4x2@nic=200mbit")
+    cfg = planner_settings(PlannerConfig(), "cpu", topo)
+    waits = {}
+    for size in (1 << 14, 1 << 20):  # 64 KiB and 4 MiB all_reduce: both measured on the 4x2
+        tuner = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
+        model = model_pick("all_reduce", size, 4, topo, cfg)
+        n = 0
+        while True:
+            pick, trial = tuner.pick("all_reduce", size, 4, "float32")
+            if trial is not None:
+                break
+            assert (pick.algo, pick.chunks) == (model.algo, model.chunks), (size, pick)
+            n += 1
+        b = tuner._buckets[("all_reduce", "float32", bucket_of(size * 4))]
+        preds = predict_all("all_reduce", size, 4, topo, cfg)
+        trials = sum(preds[b.candidates[i].algo].seconds for i, _, _ in b.schedule + [e for r in b.later for e in r])
+        assert n == b.deferred and n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
+        assert not any(i == b.candidates.index(Pick(model.algo, model.chunks, "trial")) and not t for i, t, _ in
+                       b.schedule), "the pick's calls before the trials set it up: no warm-up of its own"
+        waits[size] = n
+    assert waits[1 << 14] > 50 > waits[1 << 20] > 0, waits
+    eager = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
+    eager.measure_all()
+    assert eager.pick("all_reduce", 1 << 14, 4, "float32")[1] is not None
 
 
 def test_a_rival_far_behind_after_the_first_round_runs_no_more_trials() -> None:

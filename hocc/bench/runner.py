@@ -16,7 +16,7 @@ import torch.distributed as dist
 import hocc
 from hocc.bench.collectives import COLLECTIVES, BenchCollective, bandwidths
 
-MAX_TRIAL_CALLS = 500  # a bucket's trials are far fewer (hocc.engine.tuning); this only bounds a mistake
+MAX_TRIAL_CALLS = 500  # a bucket decides far sooner (MAX_DEFER calls, then its trials: hocc.engine.tuning)
 
 
 @dataclass
@@ -125,7 +125,9 @@ def _until_decided(coll: BenchCollective, size: int, spec: BenchSpec, device: to
     """auto's first calls of a size: run it until the engine has decided the
     size's bucket (its trials, if the model could not tell its candidates
     apart), as nccl-tests reports a warmed algorithm. (trial calls, the
-    seconds until decided) on this rank; (0, 0.0) where nothing was measured.
+    trials' seconds) on this rank; (0, 0.0) where nothing was measured. The
+    calls that run the model's pick before the trials (hocc.engine.tuning, MAX_DEFER) are
+    neither.
     Every rank stops after the same call: a trial's decision is made inside
     the call that ends the trials."""
     from hocc.engine.group_engines import get_engine
@@ -136,13 +138,17 @@ def _until_decided(coll: BenchCollective, size: int, spec: BenchSpec, device: to
     inp, out = coll.buffers(size, spec.dtype, world, rank, device)
     tuner = get_engine(dist.group.WORLD, device).tuner()  # type: ignore[arg-type]
     key = (coll.name, dtype_name(inp.dtype), bucket_of(min(inp.numel(), out.numel()) * inp.element_size()))
-    calls, start = 0, time.perf_counter()
+    calls, start = 0, None
     while key not in tuner.decided() and calls < MAX_TRIAL_CALLS:
+        before = tuner.calls_before_trials(key)
+        if start is None and before is not None and calls >= before:  # the trials' time, not the pick's calls before
+            _sync(device)
+            start = time.perf_counter()
         coll.launch(inp, out, spec.redop, "auto")
         calls += 1
     _sync(device)
     trials = tuner.trial_calls(key) or 0  # settled by the model (or the tuning file): its first call was no trial
-    return trials, time.perf_counter() - start if trials else 0.0
+    return trials, time.perf_counter() - start if trials and start is not None else 0.0
 
 
 def _skew(arrivals: list[int], world: int) -> tuple[float, list[float], int]:

@@ -17,7 +17,9 @@ After the first round the ranks agree on what they measured so far and drop
 every candidate slower than KEEP_WITHIN (1.5x) the fastest: a rival the model
 priced wrongly costs one round, not three (successive halving);
 the schedule follows from the call sequence alone, so every rank runs the same
-candidate in the same call. `hocc tune` measures every candidate instead
+candidate in the same call. Before its trials a bucket runs the model's pick,
+as ordinary calls, until they have cost about what the trials would, set-ups
+included (SET_UP_S, MAX_DEFER): a short job never pays for measuring. `hocc tune` measures every candidate instead
 (Tuner.measure_all: every algorithm, HO-Ring at several depths), ahead of a job. After the last trial each
 candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
 own gloo group), the fastest wins, and the bucket runs it from then on at the
@@ -76,6 +78,12 @@ KEEP_WITHIN = 1.5
 BURST_S = 0.02
 MAX_BURST = 4
 ONE_ROUND_ABOVE_S = 0.25
+# A bucket's trials start only once its calls, run on the model's pick, have cost about what the trials
+# would (ski rental): a short job never pays for measuring, a long one measures once it can win it back.
+# What trials cost: their calls at the model's prices, and SET_UP_S for each candidate's first call (its
+# communicators: 81-200 ms on the emulated 4x2, bench/results/auto-sweep); at most MAX_DEFER calls first.
+SET_UP_S = 0.15
+MAX_DEFER = 200
 
 
 @dataclass
@@ -92,6 +100,9 @@ class _Bucket:
     elem_size: int
     collective: str
     later: list[list[tuple[int, bool, bool]]] = field(default_factory=list)  # rounds after the cut, all candidates
+    first: Pick | None = None  # what the calls before the trials run (the model's pick)
+    deferred: int = 0  # how many calls run it before the trials start
+    ran_first: int = 0
     issued: int = 0
     times: dict[int, list[float]] = field(default_factory=dict)
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
@@ -179,6 +190,9 @@ class Tuner:
             if b.decided is not None:  # settled by the model: no trials
                 with self._lock:
                     self._decided[key] = b.decided
+        if b.ran_first < b.deferred and b.first is not None:  # not worth measuring yet: an ordinary call
+            b.ran_first += 1
+            return b.first, None
         if b.due():  # the first round issued: wait for the cut, which may decide
             self._wait_cut(b, gone)
         if b.due():  # every trial issued: wait for the worker's decision
@@ -251,14 +265,27 @@ class Tuner:
         # warm-ups first, then rounds over every candidate (interleaved: a slow spell hits all alike), each a
         # burst of back-to-back calls started together (how a loop of such calls runs); the rounds after the
         # first are the cut's to schedule
+        # (by default) the calls before them run the model's pick, which sets up its communicators on the way
+        defer = not self.depths
+        if defer:
+            self._warm.add((collective, model.algo))
         schedule: list[tuple[int, bool, bool]] = []
         rounds, burst = _rounds([_predicted(preds, c) for c in cands])
+        set_ups = 0
         for i, c in enumerate(cands):
-            if rounds > 1 and (collective, c.algo) not in self._warm:  # a call of seconds: set-up is noise
-                self._warm.add((collective, c.algo))
-                schedule.append((i, False, False))
+            if (collective, c.algo) not in self._warm:
+                set_ups += 1
+                if rounds > 1:  # a call of seconds: set-up is noise
+                    self._warm.add((collective, c.algo))
+                    schedule.append((i, False, False))
         per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
-        return _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:])
+        b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:])
+        if defer:
+            cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
+            cost += SET_UP_S * set_ups
+            b.deferred = min(MAX_DEFER, math.ceil(cost / max(preds[model.algo].seconds, 1e-6)))
+            b.first = Pick(model.algo, model.chunks, f"{model.why} (measured from this size's call {b.deferred + 1})")
+        return b
 
     # -- the worker's side (call order) ------------------------------------------
     def measured(self, trial: Trial, seconds: float) -> None:
@@ -345,6 +372,11 @@ class Tuner:
         model settled it; None: no call of it yet, or it came from the tuning file)."""
         b = self._buckets.get(key)
         return None if b is None else len(b.schedule)
+
+    def calls_before_trials(self, key: tuple[str, str, int]) -> int | None:
+        """How many of a bucket's calls run the model's pick before its trials (None: no call of it yet)."""
+        b = self._buckets.get(key)
+        return None if b is None else b.deferred
 
     def decided(self) -> dict[tuple[str, str, int], Pick]:
         with self._lock:
