@@ -22,13 +22,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from hocc.bench.runner import slowest
 from hocc.bench.sizes import parse_size
-
-
-def _slowest(seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def main() -> None:
@@ -51,7 +46,7 @@ def main() -> None:
                 dist.barrier()
                 start = time.perf_counter()
                 dist.broadcast(x, 0, group=g)
-                times[name].append(_slowest(time.perf_counter() - start))
+                times[name].append(slowest(time.perf_counter() - start))
         if rank == 0:
             med = {k: statistics.median(v[2:]) for k, v in times.items()}
             print(json.dumps({"bytes": x.nbytes, "world": dist.get_world_size(), "gloo_ms": round(med["gloo"] * 1e3, 3),

@@ -30,20 +30,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hocc.bench.runner import slowest
 from hocc.bench.sizes import parse_size
-
-
-def _slowest(seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def _timed(job: Callable[[], None]) -> float:
     dist.barrier()
     start = time.perf_counter()
     job()
-    return _slowest(time.perf_counter() - start)
+    return slowest(time.perf_counter() - start)
 
 
 def _model(width: int) -> nn.Module:

@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tiny_gpt import batch, build_model
 
 import hocc
+from hocc.bench.runner import slowest
 from hocc.paro import paro_shard
 from hocc.paro.memory import StateBytes
 from hocc.paro.probe import Probe
@@ -149,11 +150,6 @@ class Runner:
         self.optim.step()
         self.optim.zero_grad()
 
-
-def slowest(seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t)
 
 
 def timed_steps(r: Runner, steps: int) -> list[float]:

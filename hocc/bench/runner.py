@@ -76,6 +76,12 @@ def _combine(t: float, how: int, device: torch.device) -> float:
     return float(x.item()) / (world if how == 1 else 1)
 
 
+def slowest(seconds: float) -> float:
+    """The slowest rank's `seconds` (an all-reduce MAX over the default group, on the CPU): a call's or a
+    job's time, as the scripts in bench/ report it."""
+    return _combine(seconds, 3, torch.device("cpu"))
+
+
 def run_one(spec: BenchSpec, op: str, size: int, algo: str, device: torch.device) -> Row:
     coll = COLLECTIVES[op]
     world, rank = dist.get_world_size(), dist.get_rank()
