@@ -27,8 +27,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=ROOT_REASON))
 
 
+NOT_ROOT = "not run (needs root)"
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    """A root test skipped for want of root is counted apart in the run's last line
+    ("1140 passed, 12 not run (needs root) in ..."), not folded into the skips."""
+    if report.skipped and ROOT_REASON in str(report.longrepr):
+        return NOT_ROOT, "R", "NOT RUN (needs root)"
+    return None
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A run that left out root tests says so, next to the counts."""
-    skipped = [r for r in terminalreporter.stats.get("skipped", []) if ROOT_REASON in str(r.longrepr)]
+    """A run that left out root tests says why, above the counts."""
+    skipped = terminalreporter.stats.get(NOT_ROOT, [])
     if skipped:
         terminalreporter.write_line(f"hocc: {len(skipped)} root test(s) did not run: {ROOT_REASON}", yellow=True)
