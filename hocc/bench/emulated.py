@@ -26,6 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
+from hocc.topology.links import LinkModel
+
+# tc's token bucket per NIC and trunk: the cost model's default burst for those links (LinkModel's
+# docstring), so that what the model prices is what the emulated cluster shapes
+TBF_BURST = f"{int(LinkModel().nic.burst)}b"
+
 PREFIX = "hocc"
 SUBNET = "10.77.0"
 
@@ -82,7 +88,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def tbf(dev: str, rate: str, netns: str | None = None) -> None:
     """Shape `dev`'s egress to `rate` (token bucket; netem is not available here)."""
-    cmd = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
+    cmd = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", TBF_BURST, "latency", "100ms"]
     sh(*(["ip", "netns", "exec", netns, *cmd] if netns else cmd))
 
 

@@ -29,7 +29,7 @@ from hocc.plan.cost import CostParams
 from hocc.plan.planner import PlannerConfig, choose, predict_all
 from hocc.plan.policy import device_of, planner_settings
 from hocc.plan.volumes import ring_volume
-from hocc.topology import Link, Topology
+from hocc.topology import Topology
 
 BACKENDS = ("gloo", "nccl")
 
@@ -84,7 +84,7 @@ def _shared(topo: Topology, ways: int, cfg: PlannerConfig) -> tuple[Topology, Pl
     links = topo.links
     for tier in ("nic", "trunk"):
         old = links.tier(tier)
-        links = links.with_tier(tier, Link(old.bandwidth / ways, old.latency))
+        links = links.with_tier(tier, replace(old, bandwidth=old.bandwidth / ways))
     shared = Topology(topo.host_infos(), links)
     shared.cost = topo.cost
     params = cfg.params

@@ -33,7 +33,7 @@ from hocc.plan.cost import CostParams, PlanCost, compile_plan
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import CPU_RING_OPS
 from hocc.plan.registry import algorithm, names
-from hocc.topology import TIERS, Link, LinkModel, Topology, parse_spec
+from hocc.topology import TIERS, LinkModel, Topology, parse_spec
 
 ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 NATIVE_CLASSES = ("native:all_reduce", "native:reduce_scatter", "native:all_gather")
@@ -137,8 +137,8 @@ class Fit:
         model = nominal
         for t in TIERS:
             base = nominal.tier(t)
-            model = model.with_tier(t, Link(base.bandwidth * self.efficiency.get(t, 1.0),
-                                            self.latency.get(t, base.latency)))
+            model = model.with_tier(t, replace(base, bandwidth=base.bandwidth * self.efficiency.get(t, 1.0),
+                                               latency=self.latency.get(t, base.latency)))
         return model
 
     def predict(self, s: Sample) -> float:

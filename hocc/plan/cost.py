@@ -368,18 +368,40 @@ class PlanCost:
         self.kinds = np.array([LINK_KINDS.index(link[0].split("_")[0]) for link in self.links], dtype=int)
 
     def evaluate(self, links: LinkModel, params: CostParams) -> float:
-        return float(self.breakdown(links, params).sum() + self.copy_bytes / params.copy_bandwidth)
+        """The call's seconds: its ticks in turn, and at least its busiest link's bytes at that link's rate.
+        The second bound only binds where a link has a burst: one call may pass its first bytes
+        faster than the rate, but calls that follow one another cannot average more than it."""
+        ticks = float(self.breakdown(links, params).sum() + self.copy_bytes / params.copy_bandwidth)
+        return max(ticks, self._busiest_link(links, params))
+
+    def _busiest_link(self, links: LinkModel, params: CostParams) -> float:
+        if not self.links or not len(self.mult):
+            return 0.0
+        f = np.array([params.factor(c) for c in self.classes])
+        rate = self._rates(links, params)[self.kinds]
+        if params.native == "nccl" and self.solo is not None and self.solo.any():
+            return 0.0  # NCCL's own call times price those links (breakdown)
+        return float(((self.mult @ (self.loads @ f)) / rate).max())
+
+    @staticmethod
+    def _rates(links: LinkModel, params: CostParams) -> np.ndarray:
+        return np.array([links.host.bandwidth * params.host_efficiency, links.nic.bandwidth * params.nic_efficiency,
+                         links.trunk.bandwidth * params.nic_efficiency, params.shm_bandwidth,
+                         params.machine_bandwidth])
 
     def breakdown(self, links: LinkModel, params: CostParams) -> np.ndarray:
         """Seconds of each distinct tick times its multiplicity (launch included)."""
         if not len(self.mult):
             return np.zeros(0)
         f = np.array([params.factor(c) for c in self.classes])
-        bw = np.array([links.host.bandwidth * params.host_efficiency, links.nic.bandwidth * params.nic_efficiency,
-                       links.trunk.bandwidth * params.nic_efficiency, params.shm_bandwidth,
-                       params.machine_bandwidth])
+        bw = self._rates(links, params)
         if self.links:
-            link_time = (self.loads @ f) / bw[self.kinds]
+            loads = self.loads @ f
+            burst = np.array([links.host.burst, links.nic.burst, links.trunk.burst, 0.0, 0.0])[self.kinds]
+            if burst.any():  # a link's first `burst` bytes of the call are free: each tick pays its share of the rest
+                total = self.mult @ loads
+                loads = loads * np.clip(1 - burst / np.maximum(total, 1e-30), 0.0, 1.0)
+            link_time = loads / bw[self.kinds]
             if params.native == "nccl" and self.solo is not None:  # that call's own time covers them
                 link_time = np.where(self.solo, 0.0, link_time)
             busiest = link_time.max(axis=1)

@@ -21,6 +21,8 @@ bench/results/nccl-tests-compare.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hocc.plan.cost import CostParams
 from hocc.topology.links import Link, LinkModel
 
@@ -57,4 +59,4 @@ def links_for(transport: str, base: LinkModel = NCCL_LINKS) -> LinkModel:
     """`base` with the NIC hop latency of `transport` ('IB', 'RoCE', 'EFA',
     'TCPXO'); other transports (or none, one host) keep `base`'s."""
     lat = TRANSPORT_NIC_LATENCY.get(transport)
-    return base if lat is None else base.with_tier("nic", Link(base.nic.bandwidth, lat))
+    return base if lat is None else base.with_tier("nic", replace(base.nic, latency=lat))

@@ -25,7 +25,7 @@ from hocc.plan.cost import CostParams
 from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS
 from hocc.plan.nccl_native import options
 from hocc.tools.nccl_tests_log import ELEM, Run, read_logs
-from hocc.topology import Link, LinkModel, Topology, parse_spec, save_file
+from hocc.topology import LinkModel, Topology, parse_spec, save_file
 
 NAMES = ("launch", "lat.host", "lat.nic", "host_efficiency", "nic_efficiency", "nvls_efficiency")
 
@@ -83,8 +83,8 @@ def _unpack(x: np.ndarray, base: CostParams, links: LinkModel) -> tuple[CostPara
     v = dict(zip(NAMES, np.exp(x).tolist(), strict=True))
     params = replace(base, launch=v["launch"], host_efficiency=v["host_efficiency"],
                      nic_efficiency=v["nic_efficiency"], nvls_efficiency=v["nvls_efficiency"])
-    links = links.with_tier("host", Link(links.host.bandwidth, v["lat.host"]))
-    links = links.with_tier("nic", Link(links.nic.bandwidth, v["lat.nic"]))
+    links = links.with_tier("host", replace(links.host, latency=v["lat.host"]))
+    links = links.with_tier("nic", replace(links.nic, latency=v["lat.nic"]))
     return params, links
 
 

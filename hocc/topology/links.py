@@ -15,13 +15,22 @@ class Link:
 
     bandwidth: bytes/s one flow gets on an otherwise idle link of this tier.
     latency: seconds per message (the alpha term), software overhead included.
+    burst: bytes a link passes at once before its rate applies (a shaper's
+    token bucket, as tc's tbf has): a call whose bytes on the link fit it pays
+    no bandwidth time there, a larger one pays only for what is beyond it.
+    It refills while the link is idle, so it prices calls with gaps between
+    them (a training step's, a barrier's); 0 for a link that has none.
     """
 
     bandwidth: float
     latency: float
+    burst: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {"bandwidth": self.bandwidth, "latency": self.latency}
+        d = {"bandwidth": self.bandwidth, "latency": self.latency}
+        if self.burst:
+            d["burst"] = self.burst
+        return d
 
 
 @dataclass(frozen=True)
@@ -34,11 +43,13 @@ class LinkModel:
     host stages, one inside a host (gloo's loopback, which only native steps use
     there) 130 us, and a trunk hop 660 us; loopback carries about 10 Gbit/s. With
     these, the model's pick is within 10% of the measured fastest at 195 of the
-    sweeps' 204 points (bench/results/model-picks.md)."""
+    sweeps' 204 points (bench/results/model-picks.md). The testbed shapes each NIC
+    and trunk with tc's tbf and a 64 KiB bucket (hocc.bench.emulated.TBF_BURST):
+    their burst, which is why a call of a few KiB costs no NIC time there."""
 
     host: Link = Link(bandwidth=10e9 / 8, latency=130e-6)
-    nic: Link = Link(bandwidth=200e6 / 8, latency=40e-6)
-    trunk: Link = Link(bandwidth=100e6 / 8, latency=660e-6)
+    nic: Link = Link(bandwidth=200e6 / 8, latency=40e-6, burst=64 * 1024)
+    trunk: Link = Link(bandwidth=100e6 / 8, latency=660e-6, burst=64 * 1024)
 
     def tier(self, name: str) -> Link:
         if name not in TIERS:
@@ -61,9 +72,9 @@ class LinkModel:
             if isinstance(val, dict):
                 bw = val.get("bandwidth", base.bandwidth)
                 lat = val.get("latency", base.latency)
-                link = Link(parse_rate(bw), parse_duration(lat))
+                link = Link(parse_rate(bw), parse_duration(lat), parse_size(val.get("burst", 0)))  # to_dict's form
             else:
-                link = Link(parse_rate(val), base.latency)
+                link = replace(base, bandwidth=parse_rate(val))
             model = model.with_tier(name, link)
         return model
 
@@ -88,6 +99,22 @@ def parse_rate(value: object) -> float:
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {value!r}")
     return rate
+
+
+_SIZE = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmg]?)(?:i?b)?\s*$", re.I)
+_SIZE_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(value: object) -> float:
+    """A byte count; strings may say '64k', '64KiB', '1m' (powers of 1024, as tc's sizes)."""
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"size must not be negative, got {value}")
+        return float(value)
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"cannot parse size {value!r}; write e.g. '64k' or '0'")
+    return float(m.group(1)) * _SIZE_SCALE[m.group(2).lower()]
 
 
 _DUR = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*(s|ms|us|ns)?\s*$", re.I)

@@ -19,9 +19,18 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
-from hocc.topology.links import TIERS, Link, LinkModel, format_duration, format_rate, parse_duration, parse_rate
+from hocc.topology.links import (
+    TIERS,
+    LinkModel,
+    format_duration,
+    format_rate,
+    parse_duration,
+    parse_rate,
+    parse_size,
+)
 from hocc.topology.model import FABRICS, Topology, from_sizes, uniform, with_nics
 
 HOST_KEYS = ("nics", "fabric")
@@ -63,10 +72,15 @@ def parse_links(text: str, base: LinkModel | None = None) -> LinkModel:
             raise ValueError(f"link setting {item!r} needs the form tier=rate, e.g. nic=200mbit")
         key, val = (s.strip() for s in item.split("=", 1))
         tier, _, what = key.partition("_")
-        if tier not in TIERS or what not in ("", "latency", "bandwidth"):
-            raise ValueError(f"unknown link setting {key!r}; use one of {TIERS}, optionally with _latency")
+        if tier not in TIERS or what not in ("", "latency", "bandwidth", "burst"):
+            raise ValueError(f"unknown link setting {key!r}; use one of {TIERS}, optionally with _latency or _burst")
         old = model.tier(tier)
-        link = Link(old.bandwidth, parse_duration(val)) if what == "latency" else Link(parse_rate(val), old.latency)
+        if what == "latency":
+            link = replace(old, latency=parse_duration(val))
+        elif what == "burst":
+            link = replace(old, burst=parse_size(val))
+        else:
+            link = replace(old, bandwidth=parse_rate(val))
         model = model.with_tier(tier, link)
     return model
 
@@ -162,4 +176,6 @@ def to_spec(topo: Topology) -> str | None:
             items.append(f"{t}={format_rate(link.bandwidth)}")
         if link.latency != base.latency:
             items.append(f"{t}_latency={format_duration(link.latency)}")
+        if link.burst != base.burst:
+            items.append(f"{t}_burst={link.burst:g}")
     return shape + suffix + ("@" + ",".join(items) if items else "")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from hocc.topology.links import Link, LinkModel
+from hocc.topology.links import LinkModel
 from hocc.topology.model import HostInfo, Topology
 
 log = logging.getLogger("hocc.topology")
@@ -66,7 +67,7 @@ def from_host_reports(hostnames: Sequence[str], reports: Sequence[dict[str, Any]
         if gaps:
             unseen[host] = gaps
     if rates and all(rates):
-        links = links.with_tier("nic", Link(min(rates), links.nic.latency))
+        links = links.with_tier("nic", replace(links.nic, bandwidth=min(rates)))
     if unseen:
         what = sorted({g for gaps in unseen.values() for g in gaps})
         hosts = list(unseen)
