@@ -72,7 +72,9 @@ class LinkModel:
             if isinstance(val, dict):
                 bw = val.get("bandwidth", base.bandwidth)
                 lat = val.get("latency", base.latency)
-                link = Link(parse_rate(bw), parse_duration(lat), parse_size(val.get("burst", 0)))  # to_dict's form
+                burst = val.get("burst", 0)  # to_dict's form: absent is none
+                link = Link(parse_rate(bw), parse_duration(lat),
+                            float(burst) if isinstance(burst, (int, float)) else float(parse_size(burst)))
             else:
                 link = replace(base, bandwidth=parse_rate(val))
             model = model.with_tier(name, link)
@@ -101,20 +103,20 @@ def parse_rate(value: object) -> float:
     return rate
 
 
-_SIZE = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmg]?)(?:i?b)?\s*$", re.I)
-_SIZE_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+_SIZE_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def parse_size(value: object) -> float:
-    """A byte count; strings may say '64k', '64KiB', '1m' (powers of 1024, as tc's sizes)."""
-    if isinstance(value, (int, float)):
+def parse_size(value: str | int) -> int:
+    """Bytes; strings take nccl-tests' and tc's suffixes, powers of 1024: '64K', '64kb', '1M', '2GiB'."""
+    if isinstance(value, int):
         if value < 0:
             raise ValueError(f"size must not be negative, got {value}")
-        return float(value)
+        return value
     m = _SIZE.match(str(value))
     if not m:
-        raise ValueError(f"cannot parse size {value!r}; write e.g. '64k' or '0'")
-    return float(m.group(1)) * _SIZE_SCALE[m.group(2).lower()]
+        raise ValueError(f"cannot parse size {value!r}; write bytes with an optional K, M or G suffix, e.g. 64K")
+    return int(m.group(1)) * _SIZE_SCALE[m.group(2).lower()]
 
 
 _DUR = re.compile(r"^\s*([0-9.]+(?:e[+-]?\d+)?)\s*(s|ms|us|ns)?\s*$", re.I)

@@ -78,7 +78,7 @@ def parse_links(text: str, base: LinkModel | None = None) -> LinkModel:
         if what == "latency":
             link = replace(old, latency=parse_duration(val))
         elif what == "burst":
-            link = replace(old, burst=parse_size(val))
+            link = replace(old, burst=float(parse_size(val)))
         else:
             link = replace(old, bandwidth=parse_rate(val))
         model = model.with_tier(tier, link)
