@@ -1,10 +1,16 @@
-"""Types of hocc._C, the C++ executor (csrc/python/bindings.cc, call_queue.cc). Buffers are
+"""Types of hocc._C, the C++ executor (csrc/python/bindings.cc, queue_bindings.cc). Buffers are
 integer addresses (tensor.data_ptr()); dtypes and ops travel by name."""
 
 from collections.abc import Callable
 from typing import Any
 
-class HoccNativeError(RuntimeError): ...
+class HoccNativeError(RuntimeError):
+    stage: int  # the plan step that failed (-1: outside every step), its chunk, kind and group's ranks
+    chunk: int
+    step: str
+    ranks: tuple[int, ...]
+    cause: str  # the failure in the transport's words, without the step's context
+
 class HoccMismatchError(HoccNativeError): ...
 
 def reduce(dst: int, src: int, n: int, dtype: str, op: str, device: str = ...) -> None: ...
@@ -103,7 +109,7 @@ class Executor:
     def records(self) -> list[RunRecord]: ...
 
 class CallQueue:
-    def __init__(self, on_error: Callable[[int, str, bool], None], on_done: Callable[[int], None]) -> None: ...
+    def __init__(self, on_error: Callable[[int, HoccNativeError], None], on_done: Callable[[int], None]) -> None: ...
     def push_run(self, executor: Executor, plan: Plan, input: int, output: int, dtype: str, op: str,
                  call: tuple[int, int, int, str, str] | None, seq: int) -> int: ...
     def push_python(self, fn: Callable[[], None]) -> int: ...

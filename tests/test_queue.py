@@ -128,11 +128,17 @@ def _watchdog_body(rank: int, world: int) -> None:
     start = time.monotonic()
     before = x.clone()
     w = hocc.all_reduce(x, async_op=True)
-    with pytest.raises(hocc.CollectiveError):
+    with pytest.raises(hocc.CollectiveError) as failed:
         w.wait()
     took = time.monotonic() - start
     assert took < 15, f"rank {rank} waited {took:.1f} s: the watchdog did not end the queued run"
     assert torch.equal(x, before), f"rank {rank}'s tensor changed in a failed call"
+    err = failed.value  # where it failed, as fields (the executor's, not parsed from the text)
+    if rank == 2:
+        assert (err.stage, err.chunk, err.peers) == (0, 0, (0, 1, 2)) and err.tier, err.at
+        assert "fault injected" in err.cause and f"at stage 0 ({err.tier}), chunk 0" in str(err), err
+    else:  # woken by the failure: in the same step, or before it (the watchdog's abort)
+        assert err.stage in (0, None) and (err.stage is None or err.peers == (0, 1, 2)), err.at
 
 
 def test_the_watchdog_ends_a_queued_run() -> None:

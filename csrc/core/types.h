@@ -30,9 +30,21 @@ RedOp parse_op(const std::string& name);        // "sum", "avg", "product", "min
 const char* dtype_name(DType t);
 std::vector<std::string> dtype_names();  // every DType's, in code order
 
-// Every failure the library raises; Python sees it as RuntimeError.
+// Where in a plan a failure happened: the step that raised it (stage -1: outside any step).
+struct Where {
+  int stage = -1, chunk = -1;
+  std::string step;        // "native all_reduce", "shm reduce_scatter", ...
+  std::vector<int> ranks;  // its group: the peers the failure involves
+};
+
+// Every failure the library raises; Python sees it as hocc._C.HoccNativeError, a RuntimeError whose
+// fields (stage, chunk, step, ranks, cause) the engine reads instead of parsing the text.
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
+  Error(const std::string& what, Where at, std::string why)
+      : std::runtime_error(what), where(std::move(at)), cause(std::move(why)) {}
+  Where where;
+  std::string cause;  // the failure in its own words, without the step's context (empty: what())
 };
 
 // The ranks are not in the same call (count, dtype, op, algo, or a skipped
@@ -42,10 +54,12 @@ struct MismatchError : Error {
   using Error::Error;
 };
 
-// `e`'s kind (Error or MismatchError) again, its text behind `context`
-[[noreturn]] inline void rethrow_with(const std::string& context, const std::exception& e) {
-  if (dynamic_cast<const MismatchError*>(&e)) throw MismatchError(context + e.what());
-  throw Error(context + e.what());
+// `e`'s kind again, placed at the step `at` (its text behind the step's words)
+[[noreturn]] inline void rethrow_at(Where at, const std::string& context, const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  std::string cause = err && !err->cause.empty() ? err->cause : e.what();
+  if (dynamic_cast<const MismatchError*>(&e)) throw MismatchError(context + e.what(), std::move(at), cause);
+  throw Error(context + e.what(), std::move(at), cause);
 }
 
 }  // namespace hocc

@@ -68,37 +68,44 @@ std::string ranks_of(const GroupSlice& g) {
   return s;
 }
 
+// inject_fault's action, on reaching its stage (tests and the fault matrix)
+void fire_fault(const std::string& action, int stage) {
+  if (action == "kill") ::raise(SIGKILL);
+  if (action == "stop") ::raise(SIGSTOP);
+  if (action == "exit") std::_Exit(3);
+  if (action.rfind("run:", 0) == 0) {  // e.g. cut this host's link, then go on with the step
+    if (std::system(action.substr(4).c_str()) != 0) throw Error("hocc: the injected command failed: " + action.substr(4));
+  } else {
+    throw Error("hocc: a fault injected at stage " + std::to_string(stage));
+  }
+}
+
 }  // namespace
 
 void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
   const Step& s = *it.step;
   // every lane thread checks; the one that disarms it fires it (atomic: lanes of other stages read it meanwhile)
   int armed = fault_stage_.load();
-  if (s.stage == armed && fault_stage_.compare_exchange_strong(armed, -1)) {
-    const std::string action = fault_action_;
-    if (action == "kill") ::raise(SIGKILL);
-    if (action == "stop") ::raise(SIGSTOP);
-    if (action == "exit") std::_Exit(3);
-    if (action.rfind("run:", 0) == 0) {  // e.g. cut this host's link, then go on with the step
-      if (std::system(action.substr(4).c_str()) != 0)
-        throw Error("hocc: the injected command failed: " + action.substr(4));
-    } else {
-      throw Error("hocc: a fault injected at stage " + std::to_string(s.stage));
-    }
-  }
+  bool fire = s.stage == armed && fault_stage_.compare_exchange_strong(armed, -1);
   for (const GroupSlice* g : it.groups) {
-    Lane l = lane;
-    if (r.rec) {
-      l.rec = r.rec;
-      l.step_rec = r.rec->begin_step(int32_t(&s - r.steps), int32_t(g - s.groups.data()));
-    }
     try {
+      if (fire) {  // in the step's first group: its failure is this step's
+        fire = false;
+        fire_fault(fault_action_, s.stage);
+      }
+      Lane l = lane;
+      if (r.rec) {
+        l.rec = r.rec;
+        l.step_rec = r.rec->begin_step(int32_t(&s - r.steps), int32_t(g - s.groups.data()));
+      }
       run_group(s, *g, r, l);
       if (r.rec) r.rec->end_step(l.step_rec);
     } catch (const std::exception& e) {
-      rethrow_with("at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " +
-                       impl_name(s.impl) + " " + op_name(s.op) + " over ranks [" + ranks_of(*g) + "]: ",
-                   e);
+      const std::string step = std::string(impl_name(s.impl)) + " " + op_name(s.op);
+      rethrow_at({s.stage, s.chunk, step, std::vector<int>(g->ranks.begin(), g->ranks.end())},
+                 "at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " + step +
+                     " over ranks [" + ranks_of(*g) + "]: ",
+                 e);
     }
   }
 }
@@ -272,8 +279,7 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     for (int k = 0; k < plan.chunks(); ++k) dep[s][k] = dependency(s, k);
   std::mutex mu;
   std::condition_variable cv;
-  std::string error;     // the first failure, on any lane
-  bool mismatch = false;  // ... and whether it was the ranks disagreeing on the call
+  std::exception_ptr error;  // the first failure, on any lane (raised again here: its kind and fields kept)
 
   auto lane_main = [&](int s) {
     Lane lane{lane_stream(s), &dev};
@@ -282,8 +288,8 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
         const int k = it.step->chunk, p = dep[s][k];
         {
           std::unique_lock<std::mutex> lk(mu);
-          cv.wait(lk, [&] { return !error.empty() || p < 0 || left[p][k] == 0; });
-          if (!error.empty()) return;
+          cv.wait(lk, [&] { return error || p < 0 || left[p][k] == 0; });
+          if (error) return;
         }
         run_item(it, r, lane);
         dev.sync(lane.stream);
@@ -294,10 +300,7 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lk(mu);
-        if (error.empty()) {
-          error = e.what();
-          mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
-        }
+        if (!error) error = std::current_exception();
         cv.notify_all();
       }
       t_.abort(e.what());
@@ -315,8 +318,7 @@ void Executor::run_threads(const Plan& plan, const Run& r, void* caller_stream) 
     lane_main(0);
     for (auto& th : threads) th.join();
   }
-  if (mismatch) throw MismatchError(error);
-  if (!error.empty()) throw Error(error);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace hocc

@@ -40,6 +40,40 @@ using namespace hocc;
 
 namespace {
 
+// hocc._C.HoccNativeError and HoccMismatchError, made at import and kept for the process (never freed:
+// a failure may be raised on a worker thread up to the interpreter's end)
+PyObject* native_error_type = nullptr;
+PyObject* mismatch_error_type = nullptr;
+
+py::object error_object(PyObject* type, const char* what, const Error* e) {
+  py::object exc = py::reinterpret_borrow<py::object>(type)(what);
+  const Where at = e ? e->where : Where{};
+  exc.attr("stage") = at.stage;
+  exc.attr("chunk") = at.chunk;
+  exc.attr("step") = at.step;
+  exc.attr("ranks") = py::tuple(py::cast(at.ranks));
+  exc.attr("cause") = e && !e->cause.empty() ? e->cause : std::string(what);
+  return exc;
+}
+
+}  // namespace
+
+py::object python_error(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const MismatchError& e) {
+    return error_object(mismatch_error_type, e.what(), &e);
+  } catch (const Error& e) {
+    return error_object(native_error_type, e.what(), &e);
+  } catch (const std::exception& e) {
+    return error_object(native_error_type, e.what(), nullptr);
+  } catch (...) {
+    return error_object(native_error_type, "hocc: an unknown C++ exception", nullptr);
+  }
+}
+
+namespace {
+
 using GroupTuple = std::tuple<std::vector<int>, size_t, size_t>;
 // (stage, chunk, op, impl, src, dst, groups)
 using StepTuple = std::tuple<int, int, std::string, std::string, std::string, std::string, std::vector<GroupTuple>>;
@@ -178,8 +212,16 @@ class InProcRunner {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and c10d (gloo, NCCL) transports";
-  auto& native_error = py::register_exception<Error>(m, "HoccNativeError", PyExc_RuntimeError);
-  py::register_exception<MismatchError>(m, "HoccMismatchError", native_error.ptr());
+  native_error_type = py::exception<Error>(m, "HoccNativeError", PyExc_RuntimeError).release().ptr();
+  mismatch_error_type = py::exception<MismatchError>(m, "HoccMismatchError", native_error_type).release().ptr();
+  py::register_exception_translator([](std::exception_ptr p) {  // hocc::Error, its fields as attributes
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error&) {
+      py::object exc = python_error(p);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
 
   m.def("install_dump_signal", &install_dump_signal, py::arg("fd"), py::arg("signum"),
         "on signum, write a byte to fd (hocc/record/dump.py reads it and dumps the recorders)");

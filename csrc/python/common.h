@@ -1,4 +1,4 @@
-// What the binding files share (bindings.cc, call_queue.cc): buffers cross as
+// What the binding files share (bindings.cc, queue_bindings.cc): buffers cross as
 // integer addresses, and a call's id as the tuple hocc.engine.agreement.Call.native()
 // gives.
 #pragma once
@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -24,4 +25,8 @@ inline std::optional<hocc::CallId> call_id(const std::optional<CallTuple>& call,
   return hocc::make_call_id(seq, hash, count, collective, dtype, op, algo);
 }
 
-void bind_call_queue(pybind11::module_& m);  // call_queue.cc
+void bind_call_queue(pybind11::module_& m);  // queue_bindings.cc
+
+// A failure as the Python exception hocc raises from it: HoccNativeError or HoccMismatchError with the
+// fields of hocc::Error (stage, chunk, step, ranks, cause; stage -1 outside any step). Holds the GIL.
+pybind11::object python_error(const std::exception_ptr& e);  // bindings.cc

@@ -27,7 +27,7 @@ namespace {
 // A plan run is pushed with everything it needs by value (the plan, executor
 // and tensors are kept alive on the Python side until the ticket is done) and
 // runs with no Python in it; only its failure calls back into Python, under
-// the GIL: on_error(ticket, message, mismatch). A Python callable is run
+// the GIL: on_error(ticket, error), error the exception to raise (python_error). A Python callable is run
 // holding the GIL, and catches its own errors. on_done(completed) is called
 // after a ticket someone watch()ed.
 // At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit):
@@ -69,10 +69,9 @@ auto without_gil(F&& fn) {
   }
 }
 
-// How a plan run ended: message empty if it ran to its end.
+// How a plan run ended: no error if it ran to its end.
 struct Failure {
-  std::string message;
-  bool mismatch = false;
+  std::exception_ptr error;
 };
 
 // One plan run with everything it needs by value (the plan, executor and tensors are kept alive on
@@ -86,16 +85,15 @@ class PlanRun {
         average_(op == "avg"), id_(call_id(call, dtype, op)), seq_(seq) {}
 
   Failure operator()(std::atomic<bool>& failed) const {
-    if (failed.load(std::memory_order_acquire)) return {"the group failed earlier", false};  // the engine answers
+    if (failed.load(std::memory_order_acquire))  // the engine answers
+      return {std::make_exception_ptr(Error("the group failed earlier"))};
     Failure f;
     try {
       ex_->run(*plan_, {ptr(input_), ptr(output_), nullptr}, dtype_, op_, average_, nullptr, id_ ? &*id_ : nullptr,
                seq_);
       return f;
-    } catch (const MismatchError& x) {
-      f = {x.what(), true};
-    } catch (const std::exception& x) {
-      f = {x.what(), false};
+    } catch (...) {
+      f.error = std::current_exception();
     }
     failed.store(true, std::memory_order_release);
     return f;
@@ -137,10 +135,10 @@ class PyCallQueue {
     PlanRun run(e, plan, input, output, dtype, op, call, seq);
     return q_->push([this, run](uint64_t ticket) {
       Failure f = run(failed_);
-      if (f.message.empty() || python_ending()) return;
+      if (!f.error || python_ending()) return;
       py::gil_scoped_acquire gil;
       try {
-        on_error_(ticket, f.message, f.mismatch);
+        on_error_(ticket, python_error(f.error));
       } catch (py::error_already_set& x) {
         x.discard_as_unraisable("hocc call queue: on_error");
       }
@@ -155,8 +153,7 @@ class PyCallQueue {
     PlanRun run(e, plan, input, output, dtype, op, call, seq);
     Failure f;
     const bool ran = without_gil([&] { return q_->run_here([&](uint64_t) { f = run(failed_); }); });
-    if (f.mismatch) throw MismatchError(f.message);
-    if (!f.message.empty()) throw Error(f.message);
+    if (f.error) std::rethrow_exception(f.error);
     return ran;
   }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import threading
 import time
 import weakref
@@ -27,7 +26,7 @@ import torch.distributed as dist
 from hocc.config import Config, get_config
 from hocc.engine.agreement import Call, check_all
 from hocc.engine.comms import Communicators
-from hocc.engine.errors import CallMismatchError, CollectiveError
+from hocc.engine.errors import CallMismatchError, CollectiveError, failed_step
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plan_cache import Compiled, PlanCache
@@ -241,11 +240,9 @@ class Engine:
                                       (entry, call, cfg, inp, out))
         return self._handed(Work(ticket, [out]), async_op)
 
-    def _queued_run_failed(self, ticket: Ticket, why: str, mismatch: bool) -> BaseException:
+    def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
         entry, call, cfg, _, _ = ticket.context
-        c = load()
-        err = c.HoccMismatchError(why) if mismatch else c.HoccNativeError(why)
         exc = self._run_failed(entry, call, cfg, err)
         exc.__cause__ = err
         return exc
@@ -314,9 +311,8 @@ class Engine:
         """Fail the group: remember why, abort the transport (peers blocked on
         this rank fail too), tell the group through the watchdog, and write
         the flight recorder's dump before the error reaches the caller."""
-        why = str(e)
-        tiers = {st.stage: st.tier for st in plan.steps}  # "at stage 1," -> "at stage 1 (rail),"
-        why = re.sub(r"at stage (\d+),", lambda m: f"at stage {m[1]} ({tiers.get(int(m[1]), '?')}),", why)
+        at = failed_step(e, plan)
+        why = at.describe() if at is not None else str(e)
         msg = (f"hocc: {call.describe()} failed on {self._where()}: {why}. The group is no longer usable: destroy "
                "it and create it again (dist.destroy_process_group() and init_process_group(), or "
                "dist.new_group() again for a sub-group)")
@@ -331,7 +327,7 @@ class Engine:
             msg += record_dump.on_failure(self.recorder, f"failed: {call.describe()}: {why}", record_dir)
         mismatch = (CallMismatchError, load().HoccMismatchError)  # csrc's MismatchError, kept through re-wraps
         kind = CallMismatchError if isinstance(e, mismatch) else CollectiveError
-        return kind(msg, collective=call.collective, group=self.info.name)
+        return kind(msg, collective=call.collective, group=self.info.name, at=at)
 
     def _not_run(self, call: Call) -> CollectiveError:
         """A queued call's error when an earlier call failed the group: it never ran (noted so)."""

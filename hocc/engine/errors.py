@@ -4,6 +4,11 @@ own failures are, and carry what the message says as attributes too."""
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hocc.plan.types import Plan
 
 
 class CollectiveError(RuntimeError):
@@ -13,10 +18,66 @@ class CollectiveError(RuntimeError):
     create it again (dist.destroy_process_group() then init_process_group(), or
     dist.new_group() again for a sub-group)."""
 
-    def __init__(self, message: str, *, collective: str = "", group: str = "") -> None:
+    def __init__(self, message: str, *, collective: str = "", group: str = "", at: FailedStep | None = None) -> None:
         super().__init__(message)
         self.collective = collective
         self.group = group
+        self.at = at  # the step of the plan that failed, None where the failure was outside every step
+
+    # the failed step's fields, for code that handles failures (None outside every step)
+    @property
+    def stage(self) -> int | None:
+        return None if self.at is None else self.at.stage
+
+    @property
+    def tier(self) -> str | None:
+        return None if self.at is None else self.at.tier
+
+    @property
+    def chunk(self) -> int | None:
+        return None if self.at is None else self.at.chunk
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        return () if self.at is None else self.at.ranks
+
+    @property
+    def cause(self) -> str:
+        return str(self) if self.at is None else self.at.cause
+
+
+@dataclass(frozen=True)
+class FailedStep:
+    """Where in its plan a call failed, from the executor's error fields (csrc/core/types.h's Where): the
+    step's stage, the tier it crosses, the chunk, its kind ('shm reduce_scatter'), its group's ranks, and the
+    failure in the transport's own words."""
+
+    stage: int
+    tier: str
+    chunk: int
+    step: str
+    ranks: tuple[int, ...]
+    cause: str
+
+    def describe(self) -> str:
+        return (f"at stage {self.stage} ({self.tier}), chunk {self.chunk}, {self.step} over ranks "
+                f"[{','.join(map(str, self.ranks))}]: {self.cause}")
+
+
+def failed_step(e: BaseException | None, plan: Plan) -> FailedStep | None:
+    """The step `e` (hocc._C's HoccNativeError, or an error it caused) failed at, named with `plan`'s
+    tiers; None for a failure outside every step (set-up, a Python error)."""
+    while e is not None:
+        if isinstance(e, CollectiveError):  # named already
+            return e.at
+        f = vars(e)  # the fields hocc._C sets on its errors (csrc/python/bindings.cc, error_object)
+        if "stage" in f:
+            if f["stage"] < 0:
+                return None
+            tier = {st.stage: st.tier for st in plan.steps}.get(f["stage"], "?")
+            return FailedStep(f["stage"], tier, f["chunk"], f["step"], tuple(f["ranks"]), f["cause"])
+        e = e.__cause__
+    return None
 
 
 class CallMismatchError(CollectiveError):

@@ -160,8 +160,9 @@ os.register_at_fork(after_in_child=_forget_parent)
 
 
 class CallQueue:
-    """on_failed(ticket, message, mismatch) -> the exception a failed plan run
-    raises (called on the worker, holding the GIL); dropped_error(ticket) ->
+    """on_failed(ticket, error) -> the exception a failed plan run raises, from
+    hocc._C's (HoccNativeError or HoccMismatchError, with the failure's fields;
+    called on the worker, holding the GIL); dropped_error(ticket) ->
     the exception of an item cancel() dropped.
 
     A collection can start wherever a thread holds self._lock and run a
@@ -169,7 +170,7 @@ class CallQueue:
     wait for the worker waiting for that lock, so Engine.close hands off to a
     thread when held_here()."""
 
-    def __init__(self, on_failed: Callable[[Ticket, str, bool], BaseException],
+    def __init__(self, on_failed: Callable[[Ticket, Exception], BaseException],
                  dropped_error: Callable[[Ticket], BaseException]) -> None:
         self._on_failed = on_failed
         self.dropped_error = dropped_error
@@ -236,7 +237,7 @@ class CallQueue:
             self._pending.popleft().context = None
 
     # -- on the worker, holding the GIL --------------------------------------------
-    def _failed(self, n: int, message: str, mismatch: bool) -> None:
+    def _failed(self, n: int, error: Exception) -> None:
         t = None
         with self._lock:
             for p in self._pending:  # not done, so still here
@@ -246,10 +247,10 @@ class CallQueue:
         if t is None:
             return
         try:
-            t._exc = self._on_failed(t, message, mismatch)
+            t._exc = self._on_failed(t, error)
         except BaseException as e:  # noqa: BLE001 - the run failed whatever went wrong in naming it
             self.cpp.mark_failed()
-            t._exc = CollectiveError(f"hocc: a queued call failed: {message} (and reporting it raised: {e!r})")
+            t._exc = CollectiveError(f"hocc: a queued call failed: {error} (and reporting it raised: {e!r})")
 
     def _done(self, completed: int) -> None:
         self._run_callbacks(lambda n: n < completed)
