@@ -18,6 +18,7 @@ from hocc.bench.cli import build_parser, spec_from_args
 from hocc.config import algo_choices
 from hocc.plan import Algorithm, PlannerConfig, Prediction, make_plan, names, register
 from hocc.plan import registry as reg
+from hocc.plan.calibrate import price as calibrate_price
 from hocc.plan.planner import predict_all
 from hocc.plan.ring import build_ring
 from hocc.plan.types import Plan
@@ -82,6 +83,10 @@ def test_one_registration_reaches_every_reader(capsys: pytest.CaptureFixture[str
         row = report["ops"]["all_reduce"]["rows"][0]
         assert row["auto"] == "rank_ring" and set(row["algos"]) == set(names())
         assert first_chunk_plan(topo, "all_gather", 10, 4, PlannerConfig()).algo == "rank_ring"
+        cost, k = calibrate_price("all_gather", "rank_ring", 10, 4, topo, PlannerConfig())  # calibration prices it
+        assert k == 1 and cost.evaluate(topo.links, PlannerConfig().params) > 0
+        with pytest.raises(ValueError, match="role 'backend'"):  # auto's default is one algorithm's role
+            register(Algorithm("rank_own", "a second backend", _build, _predict, role="backend"))
     assert "rank_ring" not in algo_choices()
     with pytest.raises(SystemExit, match="unknown algo 'rank_ring'"):
         spec_from_args(build_parser().parse_args(["--algo", "rank_ring"]))

@@ -118,11 +118,12 @@ def _unit_chunk(collective: str, topo: Topology, cfg: PlannerConfig) -> Plan | N
     return plan
 
 
-NATIVE = register(Algorithm("native", "the backend's own collective over the whole group", _native, predict_native))
-RING = register(Algorithm("ring", "one ring over every rank, in topology order", _ring, _predict_ring))
+NATIVE = register(Algorithm("native", "the backend's own collective over the whole group", _native, predict_native,
+                            role="backend"))
+RING = register(Algorithm("ring", "one ring over every rank, in topology order", _ring, _predict_ring, role="ring"))
 HO_RING = register(Algorithm(
     "ho_ring", "the hierarchical overlapping ring, pipelined over K chunks", _ho_ring, predict_ho_ring,
-    chunked=True, fallback="ring",
+    chunked=True, fallback="ring", price=price_ho_ring,
     cannot=f"its cuts would be too fine to pad to (common denominator over hocc.plan.ho_ring.MAX_UNIT = {MAX_UNIT})"))
 HOST_RAILS = register(Algorithm(
     "host_rails", "small all_reduce in two steps: inside each host, then across hosts on every rail",

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from hocc.plan.algorithms import price_ho_ring
 from hocc.plan.cost import CostParams, PlanCost, compile_plan
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import CPU_RING_OPS
@@ -82,9 +81,10 @@ def price(op: str, algo: str, count: int, elem: int, topo: Topology, cfg: Planne
         if pred is None:
             raise ValueError(f"{algo} does not run on {topo.shape()}: {alg.cannot}")
         chunks = pred.chunks
-    if algo == "ho_ring":
-        priced = price_ho_ring(op, topo, count, elem, cfg, chunks or 1)
-        assert priced is not None
+    if alg.price is not None:
+        priced = alg.price(op, topo, count, elem, cfg, chunks or 1)
+        if priced is None:
+            raise ValueError(f"{algo} does not run on {topo.shape()}: {alg.cannot}")
         return priced[1], priced[0]
     k = chunks if alg.chunked and chunks is not None else 1
     plan = alg.build(op, topo, count, cfg, k)

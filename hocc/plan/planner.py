@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from hocc.plan.algorithms import chunk_choices, predict_ho_ring, price_ho_ring
 from hocc.plan.buffers import route_buffers
-from hocc.plan.registry import PlannerConfig, Prediction, algorithm, names
+from hocc.plan.registry import PlannerConfig, Prediction, algorithm, names, with_role
 from hocc.plan.types import COLLECTIVES, Plan
 from hocc.topology import Topology
 
@@ -40,7 +40,8 @@ def choose(preds: dict[str, Prediction], cfg: PlannerConfig | None = None, colle
     cfg = cfg or PlannerConfig()
     best = min(preds.values(), key=lambda p: p.seconds)
     priced = any(k == f"native:{collective}" for k, _ in cfg.params.op_factors)
-    base = preds["ring"] if collective in cfg.ring_ops and not priced and "ring" in preds else preds["native"]
+    ring = with_role("ring")
+    base = preds[ring] if collective in cfg.ring_ops and not priced and ring in preds else preds[with_role("backend")]
     if best.algo != base.algo and best.seconds > base.seconds * (1 - cfg.native_margin):
         return base.algo
     return best.algo

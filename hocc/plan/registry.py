@@ -13,6 +13,13 @@ An algorithm is a name, a builder, a predictor and its constraints:
   chunked
       it has a pipeline depth K (cfg.chunks, else the model's per size);
       measured selection tries several.
+  price(collective, topo, count, elem_size, cfg, chunks) -> (K, PlanCost) | None
+      a chunked algorithm's compiled cost at K chunks without building that
+      plan (calibration prices every row with it); None: build and compile.
+  role
+      "backend": the backend's own collective, auto's default that another
+      pick must beat by cfg.native_margin; "ring": the point-to-point ring,
+      that default instead for the ops in cfg.ring_ops. One of each.
 
 A new algorithm is one module and one `register` call (hocc.plan.algorithms
 registers the built-in native, ring and ho_ring). The ranks' call check
@@ -25,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from hocc.plan.cost import CostParams
+from hocc.plan.cost import CostParams, PlanCost
 from hocc.plan.types import Plan
 from hocc.topology import Topology
 
@@ -79,6 +86,8 @@ class Prediction:
 
 Builder = Callable[[str, Topology, int, PlannerConfig, int], "Plan | None"]
 Predictor = Callable[[str, Topology, int, int, PlannerConfig], "Prediction | None"]
+Pricer = Callable[[str, Topology, int, int, PlannerConfig, int], "tuple[int, PlanCost] | None"]
+ROLES = ("backend", "ring")
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class Algorithm:
     chunked: bool = False
     fallback: str | None = None  # what runs where build gives None (e.g. ho_ring -> ring)
     cannot: str = ""  # says why build gives None, for the fallback's reason
+    price: Pricer | None = None
+    role: str = ""
 
     def unit(self, collective: str, topo: Topology, cfg: PlannerConfig, chunks: int) -> Plan | None:
         """The size-generic unit (hocc.plan.shapes) with K = chunks (1 for
@@ -116,6 +127,8 @@ def register(algo: Algorithm) -> Algorithm:
                          "the ranks' call check could not tell them apart")
     if algo.fallback is not None and algo.fallback not in _REGISTRY:
         raise ValueError(f"{algo.name}'s fallback {algo.fallback!r} must be registered first")
+    if algo.role and (algo.role not in ROLES or any(a.role == algo.role for a in _REGISTRY.values())):
+        raise ValueError(f"{algo.name}'s role {algo.role!r}: one of {ROLES}, each held by one algorithm")
     _REGISTRY[algo.name] = algo
     return algo
 
@@ -130,3 +143,11 @@ def algorithm(name: str) -> Algorithm:
 def names() -> tuple[str, ...]:
     """Registered algorithms, in registration order."""
     return tuple(_REGISTRY)
+
+
+def with_role(role: str) -> str:
+    """The registered algorithm that plays `role` (ROLES)."""
+    for a in _REGISTRY.values():
+        if a.role == role:
+            return a.name
+    raise ValueError(f"no registered algorithm has the role {role!r}")
