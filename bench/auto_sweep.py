@@ -28,18 +28,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from hocc.bench.sizes import parse_size
+from hocc.bench.runner import slowest
+from hocc.bench.sizes import format_size, parse_size
 from hocc.plan.registry import names
 
 FIXED = names()  # every registered algorithm: auto is held to the fastest of them
 ALGOS = (*FIXED, "auto")
-
-
-def format_size(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 def main() -> None:
@@ -81,7 +75,7 @@ def main() -> None:
                     else:
                         hocc.reduce_scatter_tensor(small, big, group=g, algo=algo)
                     times[i, j] = time.perf_counter() - t0
-            dist.all_reduce(times, op=dist.ReduceOp.MAX)
+            slowest(times)  # in place
             for g in groups.values():
                 dist.destroy_process_group(g)
             col = {algo: times[:, j].tolist() for j, algo in enumerate(ALGOS)}

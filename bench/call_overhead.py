@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 
 import hocc
 from hocc.bench.launch import free_port
+from hocc.bench.runner import slowest
 
 WAYS = ("gloo", "hocc-native", "hocc-auto")
 # --record-ab: the same hocc calls on a copy of the world whose engine has the flight recorder off
@@ -83,10 +84,9 @@ def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, n
         for way in ways:
             for a in (False, True):
                 times[f"{way}/{'async' if a else 'sync'}"].append(_measure(way, a, calls, t))
-    med = torch.tensor([statistics.median(v) for v in times.values()], dtype=torch.float64)
-    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    med = slowest([statistics.median(v) for v in times.values()])
     if rank == 0:
-        res = dict(zip(times, (float(x) for x in med), strict=True))
+        res = dict(zip(times, med, strict=True))
         where = "" if not record_ab else ("; recorder on in a copy of the world, off in the world" if swap else
                                           "; recorder on in the world, off in a copy of it")
         print(f"# {t.numel() * 4}-byte all_reduce, {world} local CPU ranks, {calls} calls x {rounds} rounds{where}, "

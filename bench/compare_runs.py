@@ -9,17 +9,16 @@ committed before a change and a rerun after it.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from hocc.bench.report import load_json
 from hocc.bench.sizes import parse_size
 
 
 def _rows(path: Path, size: int) -> dict[tuple[str, str], dict]:
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
-    return {(r["op"], r["algo"]): r for r in data["results"] if r["size"] == size}
+    return {(r["op"], r["algo"]): r for r in load_json(path)[1] if r["size"] == size}
 
 
 def _cell(rows: dict[tuple[str, str], dict], op: str, algo: str) -> str:

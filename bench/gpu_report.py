@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from hocc.bench.sizes import format_size
 from hocc.plan.nccl_defaults import NCCL_LINKS, NCCL_PARAMS, links_for
 from hocc.plan.nccl_native import options, predict_nccl
 from hocc.plan.planner import PlannerConfig, predict_all
@@ -29,13 +30,6 @@ from hocc.topology import Topology, parse_spec, uniform, with_nics
 
 OUT = Path(__file__).parent / "results"
 MIB = 1 << 20
-
-
-def _size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n // div} {unit}"
-    return f"{n} B"
 
 
 def _why(f: Figure, ratio: float, algo: str) -> str:
@@ -81,9 +75,9 @@ def compare() -> list[str]:
         shapes.add(parse_spec(f.spec, NCCL_LINKS).shape())
         speeds.add(f.spec.split("nic=")[1].split(",")[0] if "nic=" in f.spec else "-")
         target = ("within 20%" if big else "within 2x") + (": yes" if ok else ": **no**")
-        lines.append(f"| {i} | {f.cluster}: `{f.spec}` | {f.transport} | {f.op} | {_size(f.size)} | {f.busbw:.2f} | "
-                     f"{pred:.2f} | {algo} | {ratio:.2f} | {target} | {f.source}{'; ' + f.note if f.note else ''} "
-                     f"| {'' if ok else _why(f, ratio, algo)} |")
+        lines.append(f"| {i} | {f.cluster}: `{f.spec}` | {f.transport} | {f.op} | {format_size(f.size)} | "
+                     f"{f.busbw:.2f} | {pred:.2f} | {algo} | {ratio:.2f} | {target} | "
+                     f"{f.source}{'; ' + f.note if f.note else ''} | {'' if ok else _why(f, ratio, algo)} |")
     lines += ["", f"Figures: {len(FIGURES)}; cluster shapes {sorted(shapes)}; NIC speeds {sorted(speeds - {'-'})}.",
               f"At 64 MiB and up: {hits['big'][0]} of {hits['big'][1]} within 20%. At 1 MiB and below: "
               f"{hits['small'][0]} of {hits['small'][1]} within a factor of 2.", "",
@@ -109,20 +103,21 @@ def compare() -> list[str]:
 def calibration() -> list[str]:
     c = calibration_carries()
     p, lk = c.fitted.params, c.fitted.links
+    fit_sizes = ", ".join(format_size(f.size) for f in c.fit_rows)
     out = ["## Calibration carries from 2 nodes to 4 and 8", "",
            f"`hocc calibrate --nccl-tests`'s fit (hocc.tools.calibrate_nccl.fit) on the {len(c.fit_rows)} 2-node rows",
-           f"of {c.fit_rows[0].cluster} only ({', '.join(_size(f.size) for f in c.fit_rows)}): it fits launch, the",
+           f"of {c.fit_rows[0].cluster} only ({fit_sizes}): it fits launch, the",
            "NVLink and network hop latencies and the NVLink, NIC and NVLS efficiencies (rms log error "
            f"{c.fitted.rms_log:.3f}):",
            f"launch {p.launch * 1e6:.1f} us, hop latency NVLink {lk.host.latency * 1e6:.2f} us, network "
            f"{lk.nic.latency * 1e6:.2f} us; efficiency NVLink {p.host_efficiency:.3f}, NIC {p.nic_efficiency:.3f}, "
-           f"NVLS {p.nvls_efficiency:.3f}. Then the same cluster at 4 and 8 nodes, {_size(CARRY_FROM)} and up"
+           f"NVLS {p.nvls_efficiency:.3f}. Then the same cluster at 4 and 8 nodes, {format_size(CARRY_FROM)} and up"
            " (target: within 25%):", "",
            "| nodes | size | measured busbw | predicted busbw | pred/meas | within 25% |",
            "| --- | --- | --- | --- | --- | --- |"]
     for f, pred in c.predicted:
         ratio = pred / f.busbw
-        out.append(f"| {hosts(f)} | {_size(f.size)} | {f.busbw:.2f} | {pred:.2f} | {ratio:.2f} | "
+        out.append(f"| {hosts(f)} | {format_size(f.size)} | {f.busbw:.2f} | {pred:.2f} | {ratio:.2f} | "
                    f"{'yes' if 0.75 <= ratio <= 1.25 else '**no**'} |")
     return [*out, ""]
 
@@ -142,8 +137,8 @@ def cluster(hosts: int, gbit: int) -> Topology:
 def _summary_row(op: str, gbit: int, n: int, nat: list[float], ho: list[float]) -> str:
     ratios = [h / x for h, x in zip(ho, nat, strict=True)]
     best = max(range(len(SIZES)), key=ratios.__getitem__)
-    wins = ", ".join(f"{_size(s)} ({r:.2f})" for s, r in zip(SIZES, ratios, strict=True) if r > 1.05) or "none"
-    return f"| {op} | {gbit} | {n} | {ratios[best]:.2f} at {_size(SIZES[best])} | {wins} | {ratios[-1]:.2f} |"
+    wins = ", ".join(f"{format_size(s)} ({r:.2f})" for s, r in zip(SIZES, ratios, strict=True) if r > 1.05) or "none"
+    return f"| {op} | {gbit} | {n} | {ratios[best]:.2f} at {format_size(SIZES[best])} | {wins} | {ratios[-1]:.2f} |"
 
 
 def scale() -> list[str]:
@@ -180,7 +175,7 @@ def scale() -> list[str]:
                     nat.append(b_nat)
                     ho.append(b_ho)
                     rng.append(b_ring)
-                    lines.append(f"| {n} | {_size(size)} | {b_nat:.1f} ({pick}) | {b_ring:.1f} | {b_ho:.1f} "
+                    lines.append(f"| {n} | {format_size(size)} | {b_nat:.1f} ({pick}) | {b_ring:.1f} | {b_ho:.1f} "
                                  f"(K={preds['ho_ring'].chunks}) | {b_ho / b_nat:.2f} | {b_ho / b_ring:.2f} |")
                 ax.plot(SIZES, nat, "-", color=color, label=f"{n} hosts native")
                 ax.plot(SIZES, ho, "--", color=color, label=f"{n} hosts ho_ring")

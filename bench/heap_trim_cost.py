@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.bench.launch import free_port, start_local_ranks
+from hocc.bench.runner import slowest
 
 MODES = ("off", "on")
 
@@ -62,12 +63,10 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, out: str) 
                 one_call()
             per[mode].append((time.perf_counter() - start) / args.calls)
             rss[mode].append(_rss_mib())
-    mine = torch.tensor([statistics.median(per[m]) for m in MODES] + [statistics.mean(rss[m]) for m in MODES],
-                        dtype=torch.float64)
-    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    most = slowest([statistics.median(per[m]) for m in MODES] + [statistics.mean(rss[m]) for m in MODES])
     if rank == 0:
-        secs = dict(zip(MODES, mine[:2].tolist(), strict=True))
-        mib = dict(zip(MODES, mine[2:].tolist(), strict=True))
+        secs = dict(zip(MODES, most[:2], strict=True))
+        mib = dict(zip(MODES, most[2:], strict=True))
         threads = args.threads or torch.get_num_threads()
         print(f"# fresh tensors of 4 KiB-{args.max_bytes >> 20} MiB, hocc all_reduce auto, {world} ranks "
               f"({args.topology}), torch threads {threads}, {args.calls} calls x {args.rounds} rounds per mode, "

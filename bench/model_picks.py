@@ -13,11 +13,11 @@ the measured fastest. Writes bench/results/model-picks.md.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from hocc.bench.report import load_json
 from hocc.engine.tuning import TRY_WITHIN
 from hocc.plan.calibrate import ELEM, per_rank_count, planner_for
 from hocc.plan.crossover import Crossover, human
@@ -45,12 +45,11 @@ class Point:
 
 
 def rows_of(path: Path, label: str) -> list[Point]:
-    doc = json.loads(path.read_text())
-    meta = doc["meta"]
+    meta, results = load_json(path)
     topo = parse_spec(meta["topology"])
     cfg = planner_settings(planner_for(meta.get("device", "cpu"), meta.get("planner")), "cpu", topo)
     times: dict[tuple[str, int, str], dict[str, float]] = defaultdict(dict)
-    for r in doc["results"]:
+    for r in results:
         if r["algo"] in names() and r["ran"] == r["algo"] and not r.get("wrong"):
             times[(r["op"], r["size"], r["dtype"])][r["algo"]] = r["time_us"]
     tables: dict[tuple[str, int], Crossover] = {}

@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 
 from hocc.bench import emulated
+from hocc.bench.sizes import format_size, parse_size, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,20 +71,6 @@ HOCC_ALGOS = ("auto", "ho_ring")
 NOISY = 1.25  # a figure whose rounds' medians differ by more than this factor is marked ~
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMGB") or 0) * mult) if mult > 1 else int(text.rstrip("B"))
-
-
-def sweep(lo: int, hi: int, factor: int) -> list[int]:
-    sizes, s = [], lo
-    while s <= hi:
-        sizes.append(s)
-        s *= factor
-    return sizes
-
-
 def counts(size: int) -> tuple[int, int]:
     """(timed calls, warm-ups) per size: fewer where a call moves megabytes (seconds at 200 Mbit/s)."""
     if size <= 256 << 10:
@@ -93,13 +80,6 @@ def counts(size: int) -> tuple[int, int]:
     if size <= 16 << 20:
         return 5, 1
     return 3, 1
-
-
-def human(n: int) -> str:
-    for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= mult and n % mult == 0:
-            return f"{n // mult} {unit}"
-    return f"{n} B"
 
 
 # --------------------------------------------------------------------------------------------------- set-up
@@ -303,8 +283,8 @@ def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, w
     try:
         cluster.up()
         write_agent(work / "netns-rsh", cluster)
-        print(f"# {name}: {sc.world} ranks on {sc.hosts} hosts, NIC {a.rate}; sizes {human(sizes[0])} .. "
-              f"{human(sizes[-1])}; {a.rounds} round(s); work files in {work}", file=sys.stderr, flush=True)
+        print(f"# {name}: {sc.world} ranks on {sc.hosts} hosts, NIC {a.rate}; sizes {format_size(sizes[0])} .. "
+              f"{format_size(sizes[-1])}; {a.rounds} round(s); work files in {work}", file=sys.stderr, flush=True)
         yields = yield_check(cluster, work, py, a)
         for rnd in range(a.rounds):
             here = work / f"round{rnd}"  # each round's own output files
@@ -383,7 +363,7 @@ def table(doc: dict) -> list[str]:
             cells = {w: cell(rows, op, size, w) for w, _ in cols}
             if not any(cells.values()):
                 continue
-            line = [human(size), op]
+            line = [format_size(size), op]
             for w, _ in cols:
                 r = cells[w]
                 if r is None:
@@ -452,7 +432,7 @@ def report(out_dir: Path) -> str:
                   + (f"Yield check, the 32 B MPI_Allreduce: {ms(y['yield0'])} ms spinning, {ms(y['yield1'])} ms "
                      "yielding." if y else ""), ""]
         lines += table(d)
-        lines += ["", f"Bytes host 0's NIC sent per call at {human(max(r['size'] for r in d['rows']))}, over the "
+        lines += ["", f"Bytes host 0's NIC sent per call at {format_size(max(r['size'] for r in d['rows']))}, over the "
                   "size (median call; a flat ring ordered host by host sends 2(p-1)/p for all_reduce, (p-1)/p "
                   "for the others, p the ranks; a hierarchical one 2(H-1)/H and (H-1)/H, H the hosts):", ""]
         lines += nic_table(d)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
+import functools
 import os
 import platform
 import shlex
@@ -30,14 +30,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "hocc-bench/1"
+from hocc.bench.report import load_json
+from hocc.bench.sizes import format_size
+
+Run = tuple[Path, dict[str, Any], list[dict[str, Any]]]  # a sweep's file, meta and results
+size_str = functools.partial(format_size, approx=True)  # '~64 MiB': sizes rounded down to a multiple of the ranks
 # bench/run_results.sh's order: a folder's sweeps are listed in it, others after them by name
 ORDER = ("flat8", "2x4-200mbit", "2x4-scattered-200mbit", "4x2-200mbit", "2x2x2-200mbit", "2x4-1gbit",
          "uneven-3+5-200mbit", "uneven-4+4+3-200mbit")
 REGENERATE = "sudo bash bench/run_results.sh"
 
 
-def load(args: list[str]) -> list[tuple[Path, dict[str, Any]]]:
+def load(args: list[str]) -> list[Run]:
     """The hocc-bench sweeps among the arguments (files, or folders searched for *.json)."""
     paths: list[Path] = []
     for a in args:
@@ -49,11 +53,10 @@ def load(args: list[str]) -> list[tuple[Path, dict[str, Any]]]:
             paths.append(p)
     docs = []
     for p in paths:
-        doc = json.loads(p.read_text())
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-            print(f"summarize: skipping {p}: not a hocc-bench sweep ({SCHEMA})", file=sys.stderr)
-            continue
-        docs.append((p, doc))
+        try:
+            docs.append((p, *load_json(p)))
+        except ValueError as e:
+            print(f"summarize: skipping {e}", file=sys.stderr)
     if not docs:
         raise SystemExit("summarize: no hocc-bench JSON among the arguments")
     return docs
@@ -70,15 +73,6 @@ def when(meta: dict[str, Any]) -> datetime.datetime | None:
 
 def utc(d: datetime.datetime) -> str:
     return d.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def size_str(n: int) -> str:
-    """64 MiB; ~64 MiB for a size rounded down to a multiple of the ranks (11 ranks: 67108844 B)."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 0.99 * (1 << shift):
-            whole = round(n / (1 << shift))
-            return f"{'' if n == whole << shift else '~'}{whole} {unit}"
-    return f"{n} B"
 
 
 def machine() -> str:
@@ -118,15 +112,15 @@ def distinct(values: list[Any]) -> str:
     return ", ".join(str(v) for v in dict.fromkeys(v for v in values if v is not None)) or "not recorded"
 
 
-def header(docs: list[tuple[Path, dict[str, Any]]], a: argparse.Namespace) -> list[str]:
-    metas = [d["meta"] for _, d in docs]
+def header(docs: list[Run], a: argparse.Namespace) -> list[str]:
+    metas = [m for _, m, _ in docs]
     dates = [t for t in (when(m) for m in metas) if t is not None]
     since = datetime.datetime.fromisoformat(a.since.replace("Z", "+00:00")) if a.since else None
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=datetime.timezone.utc)
-    earlier = [p.stem for p, d in docs if since is not None and (when(d["meta"]) or since) < since]
+    earlier = [p.stem for p, m, _ in docs if since is not None and (when(m) or since) < since]
     lines = ["# Results summary: the emulated scenarios", ""]
-    rerun = [p.stem for p, _ in docs if p.stem not in earlier]
+    rerun = [p.stem for p, _, _ in docs if p.stem not in earlier]
     if a.command:
         ran = f"reran {', '.join(rerun)}" if earlier else "ran the scenarios below"
         lines.append(f"Made by `{a.command}`, which {ran} and wrote this file with `bench/summarize.py` at its end.")
@@ -142,7 +136,7 @@ def header(docs: list[tuple[Path, dict[str, Any]]], a: argparse.Namespace) -> li
         code = a.code
     else:
         seen: dict[str, list[str]] = defaultdict(list)
-        for p, _ in docs:
+        for p, _, _ in docs:
             seen[last_commit(p) or "unknown"].append(p.stem)
         code = ("not recorded (hocc-bench's JSON names no commit); the files were last changed in: " +
                 "; ".join(f"{c} ({', '.join(names)})" for c, names in seen.items()))
@@ -168,11 +162,10 @@ def header(docs: list[tuple[Path, dict[str, Any]]], a: argparse.Namespace) -> li
     return lines
 
 
-def runs_table(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def runs_table(docs: list[Run]) -> list[str]:
     lines = ["| run | HOCC_TOPOLOGY | ranks | sizes | algorithms | host stages | ended | table, plot, data |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p, doc in docs:
-        m, rows = doc["meta"], doc["results"]
+    for p, m, rows in docs:
         sizes = sorted({r["size"] for r in rows})
         span = f"{size_str(sizes[0])}-{size_str(sizes[-1])}" if len(sizes) > 1 else size_str(sizes[0])
         planner = m.get("planner") or {}
@@ -186,11 +179,10 @@ def runs_table(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def results_table(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def results_table(docs: list[Run]) -> list[str]:
     lines = ["| run | op | size | native ms | per algorithm: ms, x native, % of bound | auto's worst x native |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for p, doc in docs:
-        rows = doc["results"]
+    for p, _, rows in docs:
         by: dict[tuple[str, int], dict[str, dict[str, Any]]] = defaultdict(dict)
         for r in rows:
             by[(r["op"], r["size"])][r["algo"]] = r
@@ -220,7 +212,7 @@ def results_table(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def summarize(docs: list[tuple[Path, dict[str, Any]]], a: argparse.Namespace) -> str:
+def summarize(docs: list[Run], a: argparse.Namespace) -> str:
     lines = header(docs, a)
     lines += ["## Runs", "", *runs_table(docs), "",
               "`host stages`: how the ranks of one host exchanged data (`shm`: hocc's shared-memory transport; "
@@ -232,7 +224,7 @@ def summarize(docs: list[tuple[Path, dict[str, Any]]], a: argparse.Namespace) ->
               "bound. `auto's worst`: auto's lowest ratio to native over all sizes of the sweep. `auto (ran X)`: "
               "the plan auto ran at the largest size. Each `.md` has every size, with the JSON's `spread` "
               "((max - min) / median per rank): ratios closer to 1 than that spread are noise."]
-    if any("+" in str(d["meta"].get("topology")) for _, d in docs):
+    if any("+" in str(m.get("topology")) for _, m, _ in docs):
         lines += ["", "On unequal hosts (`uneven-*`) no plan reaches the bound for all_gather and reduce_scatter; "
                   "[uneven-summary.md](uneven-summary.md) compares them with the least any plan can move, and with "
                   "the topology-ordered ring."]

@@ -41,6 +41,7 @@ def main() -> int:
     import hocc
     from hocc.bench.collectives import COLLECTIVES as BENCH
     from hocc.bench.collectives import BenchCollective
+    from hocc.bench.runner import slowest
     from hocc.bench.sizes import parse_size
     from hocc.engine.group_engines import get_engine
     from hocc.plan.crossover import bucket_of
@@ -81,10 +82,9 @@ def main() -> int:
                     for _ in range(batch):
                         call(algo)
                     times[algo].append((time.perf_counter() - t) / batch)
-            med = torch.tensor([statistics.median(times[x]) for x in ALGOS], dtype=torch.float64)
-            dist.all_reduce(med, op=dist.ReduceOp.MAX)
+            med = slowest([statistics.median(times[x]) for x in ALGOS])
             pick = tuner.decided()[key]
-            row = {"op": op, "size": size, **{x: float(v) for x, v in zip(ALGOS, med, strict=True)},
+            row = {"op": op, "size": size, **dict(zip(ALGOS, med, strict=True)),
                    "pick": f"{pick.algo}@{pick.chunks}" if pick.chunks else pick.algo, "why": pick.why,
                    "tune_calls": calls, "tune_s": tune_s}
             fastest = min(ALGOS[:-1], key=lambda x: row[x])

@@ -8,10 +8,11 @@ to the ring fallback over all sizes.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from hocc.bench.report import load_json
 
 ALGOS = ("native", "ring", "ho_ring", "auto")
 
@@ -39,23 +40,23 @@ def summarize(paths: list[str]) -> str:
            "reduce_scatter on unequal hosts no plan reaches; `% of least possible` is against what the",
            "busiest host must move in any plan, (W - G_min)/W * S (uneven-nic-bytes.md).", ""]
     for path in paths:
-        doc = json.loads(Path(path).read_text())
+        meta, results = load_json(path)
         by: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
-        for r in doc["results"]:
+        for r in results:
             by[(r["op"], r["size"])][r["algo"]] = r
-        out += [f"## {doc['meta']['topology']} ({Path(path).stem})", "",
+        out += [f"## {meta['topology']} ({Path(path).stem})", "",
                 "| op | size | native ms | ring ms | ho_ring ms | auto ms | ho_ring x native | ho_ring x ring "
                 "| auto x ring | auto ran | ho_ring % of link bound | ho_ring % of least possible |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         worst: dict[str, tuple[float, int]] = {}
         for (op, size), rows in sorted(by.items(), key=lambda kv: (list(dict.fromkeys(
-                r["op"] for r in doc["results"])).index(kv[0][0]), kv[0][1])):
+                r["op"] for r in results)).index(kv[0][0]), kv[0][1])):
             if not all(a in rows for a in ALGOS):
                 continue
             t = {a: rows[a]["time_us"] / 1e3 for a in ALGOS}
             bound = rows["ho_ring"].get("bound_us")
             frac = f"{bound / rows['ho_ring']['time_us']:.0%}" if bound else "-"
-            least = _least_us(op, size, doc["meta"])
+            least = _least_us(op, size, meta)
             lfrac = f"{least / rows['ho_ring']['time_us']:.0%}" if least else "-"
             auto_ring = t["ring"] / t["auto"]
             if op not in worst or auto_ring < worst[op][0]:

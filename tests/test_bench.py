@@ -15,7 +15,9 @@ import torch
 
 from hocc.bench.cli import build_parser, spec_from_args
 from hocc.bench.collectives import COLLECTIVES, bandwidths
-from hocc.bench.sizes import parse_size, sweep
+from hocc.bench.report import load_json, to_json
+from hocc.bench.runner import Row
+from hocc.bench.sizes import format_size, parse_size, sweep
 from hocc.plan.registry import names
 from tests.worlds import run_world
 
@@ -32,6 +34,45 @@ def test_sizes() -> None:
     assert sweep(8, 8) == [8]
     with pytest.raises(ValueError):
         sweep(10, 5)
+
+
+def test_format_size() -> None:
+    assert [format_size(n) for n in (100, 4096, 1536, 64 << 20, 3 << 30)] == ["100 B", "4 KiB", "1536 B", "64 MiB",
+                                                                               "3 GiB"]
+    # summarize.py's form: 64 MiB rounded down to a multiple of 11 ranks is marked, not printed as 63 MiB
+    assert format_size((64 << 20) // 11 * 11, approx=True) == "~64 MiB"
+    assert format_size(64 << 20, approx=True) == "64 MiB" and format_size(1000, approx=True) == "1000 B"
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    rows = [Row("all_reduce", 4096, 1024, "float32", "sum", "auto", "ho_ring", 12.5, 0.3, 0.5, 0, 0.1,
+                trial_calls=3, trial_s=0.02),
+            Row("all_gather", 4096, 128, "float32", "none", "native", "native", 20.0, 0.2, 0.15, 0, 0.05,
+                skew_us=4.0, late_us=[0.0, 4.0], late_rank=1)]
+    meta = {"world": 2, "topology": "2x1@nic=1gbit", "algos": ["native", "auto"]}
+    path = tmp_path / "r.json"
+    path.write_text(to_json(rows, meta, {("all_reduce", 4096): 1e-5}))
+    assert load_json(path) == (meta, [{**rows[0].to_dict(), "bound_us": 1e-5 * 1e6},
+                                      {**rows[1].to_dict(), "bound_us": None}])
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "hocc-faults/1", "results": []}))
+    with pytest.raises(ValueError, match=r"other\.json: not a hocc-bench sweep \(hocc-bench/1\)"):
+        load_json(tmp_path / "other.json")
+    (tmp_path / "cut.json").write_text('{"schema": "hocc-bench/1", ')
+    with pytest.raises(ValueError, match=r"cut\.json: not JSON"):
+        load_json(tmp_path / "cut.json")
+
+
+def _slowest_ranks(rank: int, world: int) -> None:
+    from hocc.bench.runner import slowest
+
+    assert slowest(float(rank)) == world - 1
+    assert slowest([float(rank), -float(rank)]) == [world - 1, 0.0]  # each entry its own maximum
+    t = torch.tensor([[rank, 7.0], [1.0, -rank]], dtype=torch.float64)
+    assert slowest(t) is t and t.tolist() == [[world - 1, 7.0], [1.0, 0.0]]  # in place
+
+
+def test_slowest_over_ranks() -> None:
+    run_world(2, _slowest_ranks)
 
 
 def test_arguments() -> None:

@@ -7,10 +7,12 @@ import io
 import json
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hocc.bench.runner import Row
 
+SCHEMA = "hocc-bench/1"
 FIELDS = ["op", "size", "count", "dtype", "redop", "algo", "ran", "time_us", "algbw", "busbw", "wrong", "spread",
           "skew_us", "late_us", "late_rank", "trial_calls", "trial_s"]
 
@@ -136,7 +138,19 @@ def to_json(rows: Sequence[Row], meta: dict[str, Any], bounds: dict[tuple[str, i
         b = bounds.get((r.op, r.size))
         d["bound_us"] = None if b is None else b * 1e6
         results.append(d)
-    return json.dumps({"schema": "hocc-bench/1", "meta": meta, "results": results}, indent=1)
+    return json.dumps({"schema": SCHEMA, "meta": meta, "results": results}, indent=1)
+
+
+def load_json(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A file to_json wrote: (meta, results), each result Row.to_dict() with bound_us. ValueError, naming the
+    file, for anything else (bench/ reads folders that hold other JSON too)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a hocc-bench sweep ({SCHEMA})")
+    return doc["meta"], doc["results"]
 
 
 def plot(rows: Sequence[Row], algos: Sequence[str], path: str, title: str, world: int,

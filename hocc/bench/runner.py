@@ -7,8 +7,9 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.distributed as dist
@@ -76,9 +77,23 @@ def _combine(t: float, how: int, device: torch.device) -> float:
     return float(x.item()) / (world if how == 1 else 1)
 
 
-def slowest(seconds: float) -> float:
+@overload
+def slowest(seconds: float) -> float: ...
+@overload
+def slowest(seconds: Sequence[float]) -> list[float]: ...
+@overload
+def slowest(seconds: torch.Tensor) -> torch.Tensor: ...
+def slowest(seconds: float | Sequence[float] | torch.Tensor) -> float | list[float] | torch.Tensor:
     """The slowest rank's `seconds` (an all-reduce MAX over the default group, on the CPU): a call's or a
-    job's time, as the scripts in bench/ report it."""
+    job's time, as the scripts in bench/ report it. Several figures go in one all-reduce, each its own
+    maximum: a list gives a list; a CPU tensor is reduced in place and returned."""
+    if isinstance(seconds, torch.Tensor):
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        return seconds
+    if isinstance(seconds, Sequence):
+        x = torch.tensor(seconds, dtype=torch.float64)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return x.tolist()
     return _combine(seconds, 3, torch.device("cpu"))
 
 

@@ -1,20 +1,12 @@
-"""nccl-tests' size arguments: '64K', '1M', '2G' (powers of 1024) and sweeps."""
+"""nccl-tests' size arguments: '64K', '1M', '2G' (powers of 1024), sweeps, and sizes as the tables print them."""
 
 from __future__ import annotations
 
-import re
+from hocc.topology.links import parse_size  # one parser for sizes, the spec's burst included
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.I)
-_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+__all__ = ["format_size", "parse_size", "sweep"]
 
-
-def parse_size(text: str | int) -> int:
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"cannot parse size {text!r}; write bytes with an optional K, M or G suffix, e.g. 64K")
-    return int(m.group(1)) * _MULT[m.group(2).lower()]
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def sweep(minbytes: int, maxbytes: int, stepfactor: float = 2.0, stepbytes: int = 0) -> list[int]:
@@ -34,3 +26,16 @@ def sweep(minbytes: int, maxbytes: int, stepfactor: float = 2.0, stepbytes: int 
             nxt = size + 1 if size else 1
         size = nxt
     return out
+
+
+def format_size(n: int, approx: bool = False) -> str:
+    """'64 MiB', '4 KiB', '1536 B': n in the largest unit that divides it. approx: in the largest unit it
+    reaches to within 1%, rounded, with '~' where that is not exact: a size rounded down to a multiple of the
+    ranks (64 MiB over 11 ranks, 67108844 B) reads '~64 MiB'."""
+    for unit, div in _UNITS:
+        if approx and n >= 0.99 * div:
+            whole = round(n / div)
+            return f"{'' if n == whole * div else '~'}{whole} {unit}"
+        if not approx and n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
