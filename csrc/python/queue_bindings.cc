@@ -30,15 +30,17 @@ namespace {
 // the GIL: on_error(ticket, error), error the exception to raise (python_error). A Python callable is run
 // holding the GIL, and catches its own errors. on_done(completed) is called
 // after a ticket someone watch()ed.
-// At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit):
-// then the queue's Python callbacks and frees are skipped (hocc/engine/queue.py has
-// drained and closed every queue before that, in its exit hooks).
+// At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit): then the
+// queue's Python callbacks and frees are skipped. hocc/executor/lifecycle.py has drained and closed
+// every queue before that, in its exit hooks, and its last hook sets this (Python's public
+// Py_IsFinalizing is 3.13's; before it only a private function says so).
+std::atomic<bool> python_ended{false};
+
 bool python_ending() {
 #if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
+  if (Py_IsFinalizing()) return true;
 #endif
+  return python_ended.load(std::memory_order_acquire);
 }
 
 // fn() without the GIL. Not pybind's RAII gil_scoped_release: a thread that takes the GIL back
@@ -217,6 +219,8 @@ class PyCallQueue {
 }  // namespace
 
 void bind_call_queue(py::module_& m) {
+  m.def("mark_python_ending", [] { python_ended.store(true, std::memory_order_release); },
+        "from Python's last exit hook (hocc/executor/lifecycle.py): no queue worker takes the GIL after it");
   py::class_<PyCallQueue>(m, "CallQueue", "an engine's calls, run in order on one C++ thread (executor/call_queue.h)")
       .def(py::init<py::function, py::function>(), py::arg("on_error"), py::arg("on_done"))
       .def("push_run", &PyCallQueue::push_run, py::arg("executor"), py::arg("plan"), py::arg("input"),

@@ -30,13 +30,14 @@ from hocc.engine.errors import CallMismatchError, CollectiveError, failed_step
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plan_cache import Compiled, PlanCache
-from hocc.engine.queue import CallQueue, Ticket, hand_off
+from hocc.engine.queue import CallQueue, Ticket
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work, on_stream
 from hocc.executor import load
 from hocc.executor.cpp_form import dtype_name
+from hocc.executor.lifecycle import hand_off
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import planner_settings
 from hocc.plan.types import Plan

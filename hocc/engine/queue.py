@@ -10,14 +10,11 @@ handoff under the GIL on every call, about 100 us on one rank where the call
 itself costs 25 us. What needs Python around the run (a tuning trial, a
 plan's first set-up, HOCC_CHECK=all, trace, a GPU call's stream and event) is
 a Python item of the same queue, so there is one order. Each pushed item has a
-Ticket: the future its Work waits on."""
+Ticket: the future its Work waits on. Exit and fork: hocc/executor/lifecycle.py."""
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -25,6 +22,7 @@ from typing import Any
 
 from hocc.engine.errors import CollectiveError, drop_frame_locals
 from hocc.executor import load
+from hocc.executor.lifecycle import OwnedLock, track
 
 log = logging.getLogger("hocc")
 
@@ -93,70 +91,6 @@ def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-_live: weakref.WeakSet[CallQueue] = weakref.WeakSet()
-_handoffs: set[threading.Thread] = set()  # threads closing engines (Engine.close's hand-off), joined at exit
-
-
-def hand_off(target: Callable[[], None]) -> None:
-    """Run target (an engine's close or release) on a thread of its own, which the exit hook joins:
-    a thread still inside a call into C++ when the interpreter ends is ended on the spot."""
-
-    def run() -> None:
-        try:
-            target()
-        finally:
-            _handoffs.discard(threading.current_thread())
-
-    t = threading.Thread(target=run, name="hocc-release", daemon=True)
-    _handoffs.add(t)
-    t.start()
-
-
-def _drain_at_exit() -> None:
-    """At exit (atexit: after the program's threads have ended, before the interpreter starts
-    to go): every queue runs what was queued, as the peers expect, and its worker ends while
-    Python can still serve it; then the hand-off threads end. Ctrl-C drops what is left."""
-    interrupted = False
-    while _live or _handoffs:
-        for q in list(_live):
-            try:
-                if interrupted:
-                    q.cancel("interrupted at exit")
-                    q.join()
-                else:
-                    q.drain()
-            except KeyboardInterrupt:
-                interrupted = True
-            except Exception:
-                log.exception("hocc: a call queue did not close at exit")
-            _live.discard(q)
-        for t in list(_handoffs):
-            t.join(timeout=None if not interrupted else 1.0)
-            _handoffs.discard(t)
-
-
-def _wait_at_thread_exit() -> None:
-    """threading's exit hook (where concurrent.futures drains its pools), which runs in
-    multiprocessing's children too (they end with os._exit, without atexit): wait for the calls
-    queued so far. The queues stay open: the program's other threads may still make calls."""
-    for q in list(_live):
-        try:
-            q.wait_queued()
-        except KeyboardInterrupt:
-            return
-        except Exception:
-            log.exception("hocc: waiting for a call queue at exit failed")
-
-
-atexit.register(_drain_at_exit)
-threading._register_atexit(_wait_at_thread_exit)  # type: ignore[attr-defined]
-# a forked child has no worker threads (only the forking thread goes on): nothing of the parent's to drain
-def _forget_parent() -> None:
-    _live.clear()
-    _handoffs.clear()
-
-
-os.register_at_fork(after_in_child=_forget_parent)
 
 
 class CallQueue:
@@ -177,8 +111,8 @@ class CallQueue:
         self.cpp = load().CallQueue(_weakly(self._failed), _weakly(self._done))
         self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
         self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
-        self._lock = threading.RLock()  # C: knows its owner (held_here); Ctrl-C cannot leave it held
-        _live.add(self)
+        self._lock = OwnedLock()  # knows its owner (held_here); Ctrl-C cannot leave it held
+        track(self)
 
     @property
     def on_worker(self) -> bool:
@@ -187,7 +121,7 @@ class CallQueue:
     def held_here(self) -> bool:
         """Whether this thread holds the queue's lock: a collection that started under it (a finalizer
         closing this engine) must not wait for the worker, which may be waiting for that lock."""
-        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+        return self._lock.held_here()
 
     def busy_for(self) -> float:
         return float(self.cpp.busy_for())

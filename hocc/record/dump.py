@@ -32,6 +32,7 @@ from typing import Any
 
 from hocc.config import get_config
 from hocc.executor import load
+from hocc.executor.lifecycle import at_fork_in_child
 from hocc.record.recorder import Recorder
 
 log = logging.getLogger("hocc")
@@ -145,4 +146,4 @@ def _after_fork() -> None:
     _recorders = weakref.WeakSet()
 
 
-os.register_at_fork(after_in_child=_after_fork)
+at_fork_in_child(_after_fork)
