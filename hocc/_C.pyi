@@ -31,9 +31,7 @@ TINY_BYTES: int  # CPU collectives whose members' inputs together fit this run a
 SHM_WHOLE_REDUCE_BYTES: int  # a shared-memory all_reduce of at most this many bytes takes one barrier
 
 class Plan:
-    def __init__(self, collective: str, world: int, stages: int,
-                 layout: tuple[int, int, int, int, list[int]], work_at: str, pack: bool,
-                 steps: list[tuple[int, int, str, str, str, str, list[tuple[list[int], int, int]]]]) -> None: ...
+    def __init__(self, json: str) -> None: ...  # hocc.plan.types.Plan.to_json's text
     @property
     def world(self) -> int: ...
     @property

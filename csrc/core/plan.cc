@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/json.h"
 #include "core/types.h"
 
 namespace hocc {
@@ -90,6 +91,50 @@ WorkAt parse_work_at(const std::string& n) {
   if (n == "output") return WorkAt::output;
   if (n == "none") return WorkAt::none;
   throw Error("hocc: unknown work buffer place '" + n + "'");
+}
+
+Plan plan_from_json(const std::string& text) { return plan_from_json(parse_json(text)); }
+
+Plan plan_from_json(const Json& d) {
+  Plan p;
+  p.collective = parse_plan_op(d.at("collective").text());
+  p.world = int(d.at("world").integer());
+  p.stages = int(d.at("stages").integer());
+  const Json& lay = d.at("layout");
+  std::vector<int> order;
+  for (const Json& o : lay.at("order").array()) order.push_back(int(o.integer()));
+  p.layout = Layout{int(lay.at("blocks").integer()), size_t(lay.at("block_elems").integer()),
+                    int(lay.at("chunks").integer()), size_t(lay.at("piece").integer()), order};
+  const Json* work_at = d.find("work_at");
+  p.work_at = parse_work_at(work_at ? work_at->text() : "scratch");
+  const Json* pack = d.find("pack");
+  p.pack = pack ? pack->boolean() : true;
+  if (p.stages < 1 || p.layout.chunks < 1 || p.world < 1)
+    throw Error("hocc: a plan needs at least one stage, chunk and rank");
+  if (p.collective != Op::all_reduce && int(order.size()) != p.layout.blocks)
+    throw Error("hocc: the layout's block order has " + std::to_string(order.size()) + " entries for " +
+                std::to_string(p.layout.blocks) + " blocks");
+  for (const Json& js : d.at("steps").array()) {
+    Step s;
+    s.stage = int(js.at("stage").integer()), s.chunk = int(js.at("chunk").integer());
+    s.op = parse_plan_op(js.at("collective").text()), s.impl = parse_impl(js.at("impl").text());
+    const Json* src = js.find("src");
+    const Json* dst = js.find("dst");
+    s.src = parse_buf(src ? src->text() : "work"), s.dst = parse_buf(dst ? dst->text() : "work");
+    for (const Json& jg : js.at("groups").array()) {
+      GroupSlice g;
+      for (const Json& r : jg.at("ranks").array()) {
+        const long long rank = r.integer();
+        if (rank < 0 || rank >= p.world)
+          throw Error("hocc: plan group names rank " + std::to_string(rank) + " of " + std::to_string(p.world));
+        g.ranks.push_back(int(rank));
+      }
+      g.offset = size_t(jg.at("offset").integer()), g.seg = size_t(jg.at("seg").integer());
+      s.groups.push_back(std::move(g));
+    }
+    p.add_step(std::move(s));
+  }
+  return p;
 }
 
 }  // namespace hocc

@@ -102,4 +102,10 @@ const char* impl_name(Impl impl);
 Buf parse_buf(const std::string& name);
 WorkAt parse_work_at(const std::string& name);
 
+// A plan from hocc.plan.types.Plan.to_json's text: the one form a plan crosses into C++ in (the
+// bindings, and the sanitizer's fixtures the planner wrote). Checked as it is read.
+Plan plan_from_json(const std::string& text);
+struct Json;
+Plan plan_from_json(const Json& plan);  // one plan of a parsed document (the fixtures hold lists of them)
+
 }  // namespace hocc

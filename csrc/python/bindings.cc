@@ -74,38 +74,6 @@ py::object python_error(const std::exception_ptr& p) {
 
 namespace {
 
-using GroupTuple = std::tuple<std::vector<int>, size_t, size_t>;
-// (stage, chunk, op, impl, src, dst, groups)
-using StepTuple = std::tuple<int, int, std::string, std::string, std::string, std::string, std::vector<GroupTuple>>;
-// (blocks, block_elems, chunks, piece, order)
-using LayoutTuple = std::tuple<int, size_t, int, size_t, std::vector<int>>;
-
-Plan make_plan(const std::string& collective, int world, int stages, const LayoutTuple& layout,
-               const std::string& work_at, bool pack, const std::vector<StepTuple>& steps) {
-  Plan p;
-  p.collective = parse_plan_op(collective), p.world = world, p.stages = stages;
-  auto& [blocks, block_elems, chunks, piece, order] = layout;
-  p.layout = Layout{blocks, block_elems, chunks, piece, order};
-  p.work_at = parse_work_at(work_at), p.pack = pack;
-  if (stages < 1 || chunks < 1 || world < 1) throw Error("hocc: a plan needs at least one stage, chunk and rank");
-  if (p.collective != Op::all_reduce && int(order.size()) != blocks)
-    throw Error("hocc: the layout's block order has " + std::to_string(order.size()) + " entries for " +
-                std::to_string(blocks) + " blocks");
-  for (const auto& [stage, chunk, op, impl, src, dst, groups] : steps) {
-    Step s;
-    s.stage = stage, s.chunk = chunk, s.op = parse_plan_op(op), s.impl = parse_impl(impl);
-    s.src = parse_buf(src), s.dst = parse_buf(dst);
-    for (const auto& [ranks, offset, seg] : groups) {
-      for (int r : ranks)
-        if (r < 0 || r >= world) throw Error("hocc: plan group names rank " + std::to_string(r) + " of " +
-                                             std::to_string(world));
-      s.groups.push_back({ranks, offset, seg});
-    }
-    p.add_step(std::move(s));
-  }
-  return p;
-}
-
 // the devices of direct calls from Python (Comm's collectives, reduce), one per name for the life of the
 // process: a comm's scratch lives on the device it was first used with
 Device& device_named(const std::string& name) {
@@ -227,8 +195,8 @@ PYBIND11_MODULE(_C, m) {
         "on signum, write a byte to fd (hocc/record/dump.py reads it and dumps the recorders)");
 
   py::class_<Plan>(m, "Plan")
-      .def(py::init(&make_plan), py::arg("collective"), py::arg("world"), py::arg("stages"), py::arg("layout"),
-           py::arg("work_at"), py::arg("pack"), py::arg("steps"))
+      .def(py::init([](const std::string& text) { return plan_from_json(text); }), py::arg("json"),
+           "a plan from hocc.plan.types.Plan.to_json's text")
       .def_readonly("world", &Plan::world)
       .def_readonly("stages", &Plan::stages)
       .def_property_readonly("chunks", &Plan::chunks)

@@ -27,6 +27,7 @@
 //               that exits in the middle of a call
 //   call queue  the engine's queue (call_queue_test.cc): order, waits from
 //               other threads, watch, close and cancel while items run
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -40,17 +41,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/call.h"
+#include "core/json.h"
 #include "core/plan.h"
 #include "core/types.h"
 #include "device/device.h"
@@ -635,6 +639,51 @@ void inproc_correctness() {
 
 // concurrent runs of one cached plan in two worlds at once: Plan::for_rank
 // compiles each rank's part on first use, from every world's threads
+// ---------------------------------------------------------------- the planner's plans
+// tests/fixtures/plans/*.json: plans hocc's planner emitted for several topologies, algorithms, sizes and
+// K (tests/test_plan_fixtures.py writes them and checks that they are current), read by plan_from_json
+// as the bindings read every plan, and checked on in-process ranks.
+void planner_plans(const std::string& dir) {
+  const auto t0 = Clock::now();
+  std::vector<std::string> files;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) files.push_back(dir + "/" + name);
+    }
+    ::closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT(!files.empty(), "no plan fixtures in " + dir + " (run from the repository's root)");
+  int plans = 0;
+  size_t kind = 0;
+  for (const std::string& path : files) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    Json doc;
+    try {
+      doc = parse_json(text.str());
+    } catch (const std::exception& e) {
+      EXPECT(false, path + ": " + e.what());
+      continue;
+    }
+    const int world = int(doc.at("world").integer());
+    InProc w(world, plans % 2 == 0, 10.0);
+    for (const Json& jp : doc.at("plans").array()) {
+      const Plan plan = plan_from_json(jp);
+      const Kind& k = kKinds[kind++ % kNumKinds];
+      Call c;
+      c.collective = plan.collective, c.count = size_t(jp.at("count").integer());
+      c.t = k.t, c.op = k.op, c.avg = k.avg;
+      c.in_place = plan.collective == Op::all_reduce && plan.work_at == WorkAt::output;
+      check_call(w, plan, c, path + " plan " + std::to_string(plans) + " (" + jp.at("algo").text() + ")");
+      ++plans;
+    }
+  }
+  std::printf("  the planner's plans: %d from %zu fixture files checked (%.1f s)\n", plans, files.size(), since(t0));
+}
+
 void shared_plan() {
   const auto t0 = Clock::now();
   const Plan plan = sized(uneven_3_2(Op::all_reduce, 3, Impl::ring), 200);
@@ -1216,6 +1265,7 @@ int main(int argc, char** argv) {
   try {
     shm_processes();  // first, while this process has one thread (fork)
     inproc_correctness();
+    planner_plans("tests/fixtures/plans");  // make runs it from the repository root
     shared_plan();
     inproc_faults();
     shm_threads();

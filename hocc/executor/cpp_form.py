@@ -1,4 +1,4 @@
-"""A Python plan (hocc.plan.types) in the C++ executor's form. Plans are
+"""A Python plan (hocc.plan.types) in the C++ executor's form, read from its JSON. Plans are
 immutable; the engine caches the converted form beside the plan."""
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from hocc.plan.types import Plan
 
 
 def to_cpp(plan: Plan) -> Any:
-    lay = plan.layout
-    steps = [(s.stage, s.chunk, s.collective, s.impl, s.src, s.dst,
-              [(list(g.ranks), g.offset, g.seg) for g in s.groups]) for s in plan.steps]
-    layout = (lay.blocks, lay.block_elems, lay.chunks, lay.piece, list(lay.order))
-    return load().Plan(plan.collective, plan.world, plan.stages, layout, plan.work_at, plan.pack, steps)
+    """The plan's one wire format into C++ is its JSON (csrc/core/plan.cc, plan_from_json), the same text
+    the sanitizer's planner-written fixtures hold (tests/fixtures/plans/)."""
+    return load().Plan(plan.to_json(indent=None))
 
 
 def dtype_name(t: Any) -> str:
