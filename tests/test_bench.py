@@ -218,8 +218,11 @@ def test_cluster_setup_and_teardown() -> None:
                              capture_output=True, text=True, timeout=30)
         srv.wait(timeout=10)
         assert cli.stdout.strip() == "hello", cli.stderr
+        other = cluster.Cluster(cluster.SCENARIOS["2x4"], "200mbit", "100mbit")
         with pytest.raises(SystemExit, match="already exist"):
-            cluster.Cluster(cluster.SCENARIOS["2x4"], "200mbit", "100mbit").up()
+            other.up()
+        other.down()  # what its run's teardown does: it must leave this cluster as it was
+        assert set(c.names_in_use()) == set(c.namespaces) | set(c.bridges), c.names_in_use()
     finally:
         c.down()
     assert not c.names_in_use()

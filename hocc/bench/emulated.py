@@ -98,7 +98,7 @@ class Cluster:
         self.host_rates = dict(host_rates or {})  # hosts whose NIC is shaped otherwise (a planted slow NIC)
         self.namespaces = [f"{PREFIX}-h{h}" for h in range(sc.hosts)]
         self.bridges = [f"{PREFIX}-br{s}" for s in range(sc.switches)]
-        self.links: list[str] = []
+        self.made: list[tuple[str, str]] = []  # ("netns" | "link", name), in the order up() made them
 
     def names_in_use(self) -> list[str]:
         used = set(sh("ip", "netns", "list", check=False).stdout.split())
@@ -114,15 +114,17 @@ class Cluster:
                              f"remove them with: bench/cluster.py --cleanup")
         for br in self.bridges:
             sh("ip", "link", "add", br, "type", "bridge")
+            self.made.append(("link", br))
             sh("ip", "link", "set", br, "up")
         for h, ns in enumerate(self.namespaces):
             sh("ip", "netns", "add", ns)
+            self.made.append(("netns", ns))
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             if self.sc.hosts == 1:
                 continue
             inner, outer = f"{PREFIX}-v{h}", f"{PREFIX}-v{h}b"
             sh("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            self.links.append(outer)
+            self.made.append(("link", outer))
             sh("ip", "link", "set", inner, "netns", ns)
             sh("ip", "link", "set", outer, "master", self.bridges[self.sc.switch_of_host(h)])
             sh("ip", "link", "set", outer, "up")
@@ -134,19 +136,18 @@ class Cluster:
         if self.sc.switches > 1:
             a, b = f"{PREFIX}-t0", f"{PREFIX}-t1"
             sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-            self.links += [a, b]
+            self.made.append(("link", a))  # its peer goes with it
             for end, br in ((a, self.bridges[0]), (b, self.bridges[1])):
                 sh("ip", "link", "set", end, "master", br)
                 sh("ip", "link", "set", end, "up")
                 tbf(end, self.trunk)
 
     def down(self) -> None:
-        for ns in self.namespaces:
-            sh("ip", "netns", "del", ns, check=False)
-        for link in self.links:
-            sh("ip", "link", "del", link, check=False)
-        for br in self.bridges:
-            sh("ip", "link", "del", br, check=False)
+        """Remove what this cluster made, last first: never another run's (an up() that found the names
+        taken made nothing, and its caller's teardown must not remove that run's bridges and namespaces)."""
+        while self.made:
+            kind, name = self.made.pop()
+            sh("ip", *(("netns", "del") if kind == "netns" else ("link", "del")), name, check=False)
 
     def launch(self, bench_args: list[str], python: str, port: int, script: str | None = None,
                rank0_out: IO[bytes] | None = None) -> list[subprocess.Popen[bytes]]:
