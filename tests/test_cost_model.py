@@ -8,12 +8,14 @@ import time
 
 import pytest
 
+from hocc.bench.emulated import TBF_BURST
 from hocc.plan import CostParams, PlannerConfig, predict
 from hocc.plan.cost import SHM_WHOLE_REDUCE_BYTES, compile_pipeline, compile_plan, step_load
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.native import build_native
 from hocc.plan.planner import predict_all, predict_ho_ring
 from hocc.topology import Topology, parse_spec, uniform
+from hocc.topology.links import parse_size
 from hocc.topology.spec import to_spec
 
 NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
@@ -134,7 +136,7 @@ def test_a_links_burst_is_free_once_a_call_and_never_beyond_its_rate() -> None:
     """The emulated NICs' token bucket (tc tbf, 64 KiB): a call's first burst bytes on a link cost no time, but no
     call costs less than its busiest link's bytes at the rate. It is a link's setting: specs and files keep it."""
     shaped, plain = parse_spec("2x4@nic=200mbit"), parse_spec("2x4@nic=200mbit,nic_burst=0,trunk_burst=0")
-    assert shaped.links.nic.burst == 64 * 1024 and plain.links.nic.burst == 0
+    assert shaped.links.nic.burst == shaped.links.trunk.burst == parse_size(TBF_BURST) and plain.links.nic.burst == 0
     rate = shaped.links.nic.bandwidth
     for count in (1024, 8192, 1 << 20):  # 4 KiB, 32 KiB, 4 MiB all_reduce
         plan = build_native("all_reduce", 8, count, "nic")
