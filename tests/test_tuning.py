@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hocc
 import hocc.plan.crossover as crossover
-from hocc.engine.tuning import MAX_DEFER, MISPRICED, TRY_WITHIN, Tuner
+from hocc.engine.tuning import MAX_DEFER, TRY_WITHIN, Tuner
 from hocc.engine.tuning_file import TuningFile
 from hocc.plan.crossover import Crossover, Pick, bucket_count, bucket_of, model_pick
 from hocc.plan.planner import PlannerConfig, predict_all
@@ -114,11 +114,9 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     seen, before = [], 0
     while True:
         pick, trial = close.pick("all_reduce", 1 << 16, 4, "float32")
-        if not seen and (trial is None or trial.probe):  # before the trials: the model's pick, ordinary calls
+        if trial is None and not seen:  # before the trials: the model's pick, as an ordinary call
             assert "measured from" in pick.why, pick
             before += 1
-            if trial is not None:  # the second: timed once, at about the model's price
-                close.measured(trial, preds[pick.algo].seconds)
             continue
         if trial is None:
             break
@@ -139,18 +137,15 @@ def test_a_short_job_pays_nothing_for_measuring() -> None:
     for size in (1 << 14, 1 << 20):  # 64 KiB and 4 MiB all_reduce: both measured on the 4x2
         tuner = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
         model = model_pick("all_reduce", size, 4, topo, cfg)
-        preds = predict_all("all_reduce", size, 4, topo, cfg)
         n = 0
         while True:
             pick, trial = tuner.pick("all_reduce", size, 4, "float32")
-            if trial is not None and not trial.probe:
+            if trial is not None:
                 break
             assert (pick.algo, pick.chunks) == (model.algo, model.chunks), (size, pick)
-            if trial is not None:  # the probe: the pick as priced, so the deferral stands
-                assert n == 1 and trial.synced and trial.timed
-                tuner.measured(trial, 2 * preds[pick.algo].seconds)
             n += 1
         b = tuner._buckets[("all_reduce", "float32", bucket_of(size * 4))]
+        preds = predict_all("all_reduce", size, 4, topo, cfg)
         trials = sum(preds[b.candidates[i].algo].seconds for i, _, _ in b.schedule + [e for r in b.later for e in r])
         assert n == b.deferred and n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
         assert not any(i == b.candidates.index(Pick(model.algo, model.chunks, "trial")) and not t for i, t, _ in
@@ -160,26 +155,6 @@ def test_a_short_job_pays_nothing_for_measuring() -> None:
     eager = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
     eager.measure_all()
     assert eager.pick("all_reduce", 1 << 14, 4, "float32")[1] is not None
-
-
-def test_a_pick_far_dearer_than_priced_starts_the_trials_at_once() -> None:
-    """The deferral trusts the model's price of its pick; where the bucket's probe (its second call) takes
-    over MISPRICED times that (links described wrongly), the model is wrong there: trials start at the
-    third call, and the pick says why. Every rank decides on the agreed (slowest) time."""
-    topo = parse_spec("4x2@nic=200mbit")
-    cfg = planner_settings(PlannerConfig(), "cpu", topo)
-    price = predict_all("all_reduce", 1 << 14, 4, topo, cfg)
-    agreed: list[list[float]] = []
-    tuner = Tuner(topo, cfg, "cpu", True, lambda v: agreed.append(v) or [max(v) * 3], None, "k", True)
-    first, none = tuner.pick("all_reduce", 1 << 14, 4, "float32")
-    pick, probe = tuner.pick("all_reduce", 1 << 14, 4, "float32")
-    assert none is None and probe is not None and probe.probe and pick == first
-    tuner.measured(probe, MISPRICED * price[pick.algo].seconds / 2)  # this rank's time; the slowest took 1.5x
-    assert agreed == [[MISPRICED * price[pick.algo].seconds / 2]]
-    nxt, trial = tuner.pick("all_reduce", 1 << 14, 4, "float32")
-    assert trial is not None and not trial.probe, nxt  # the trials, from the third call
-    b = tuner._buckets[("all_reduce", "float32", bucket_of(1 << 16))]
-    assert b.deferred == 2 and "the model's price" in b.first.why, b.first
 
 
 def test_a_rival_far_behind_after_the_first_round_runs_no_more_trials() -> None:

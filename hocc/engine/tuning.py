@@ -84,12 +84,6 @@ ONE_ROUND_ABOVE_S = 0.25
 # communicators: 81-200 ms on the emulated 4x2, bench/results/auto-sweep); at most MAX_DEFER calls first.
 SET_UP_S = 0.15
 MAX_DEFER = 200
-# The deferral trusts the model's price of its pick; the bucket's second call (its first after set-up) is
-# timed to check it (a probe, agreed by the ranks). Beyond MISPRICED times the model's price, the model is
-# wrong here (links described wrongly: 2x4@nic=10gbit on 200 Mbit/s NICs priced host_rails at 0.9 ms, it
-# took 10 ms), so the trials start at once. On this oversubscribed testbed a small call reads up to about
-# 4x the model's price even where the model ranks right (the barrier and 8 ranks on 2 cores): hence 5.
-MISPRICED = 5.0
 
 
 @dataclass
@@ -109,8 +103,6 @@ class _Bucket:
     first: Pick | None = None  # what the calls before the trials run (the model's pick)
     deferred: int = 0  # how many calls run it before the trials start
     ran_first: int = 0
-    price: float = 0.0  # the model's price of `first`: checked by the probe (its second call) when > 0
-    probed: threading.Event = field(default_factory=threading.Event)  # the probe agreed: `deferred` is final
     issued: int = 0
     times: dict[int, list[float]] = field(default_factory=dict)
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
@@ -120,7 +112,6 @@ class _Bucket:
 
     def release(self) -> None:
         """Decided, or failed: no caller waits on this bucket any longer."""
-        self.probed.set()
         self.cut.set()
         self.done.set()
 
@@ -140,7 +131,6 @@ class Trial:
     timed: bool
     synced: bool  # start after a barrier (the first call of a burst)
     last: bool
-    probe: bool = False  # the model's pick, timed once to check its price (not a candidate's trial)
 
 
 class Tuner:
@@ -201,14 +191,8 @@ class Tuner:
                 with self._lock:
                     self._decided[key] = b.decided
         if b.ran_first < b.deferred and b.first is not None:  # not worth measuring yet: an ordinary call
-            if b.price and b.ran_first == 1:  # its first call after set-up: timed, to check the model's price
-                b.ran_first += 1
-                return b.first, Trial(self, b, key, -1, True, True, False, probe=True)
-            if b.price and b.ran_first == 2:  # the probe's verdict may start the trials now
-                self._wait_probe(b, gone)
-            if b.ran_first < b.deferred:
-                b.ran_first += 1
-                return b.first, None
+            b.ran_first += 1
+            return b.first, None
         if b.due():  # the first round issued: wait for the cut, which may decide
             self._wait_cut(b, gone)
         if b.due():  # every trial issued: wait for the worker's decision
@@ -223,12 +207,6 @@ class Tuner:
         with self._lock:
             known = self._decided.get((collective, dtype, bucket_of(count * elem_size)))
         return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
-
-    @staticmethod
-    def _wait_probe(b: _Bucket, gone: Callable[[], str | None]) -> None:
-        """Wait for the probe's verdict (the worker's, in call order): then b.deferred is final."""
-        while not b.probed.wait(0.5) and gone() is None:
-            pass
 
     @staticmethod
     def _wait_cut(b: _Bucket, gone: Callable[[], str | None]) -> None:
@@ -307,8 +285,6 @@ class Tuner:
             cost += SET_UP_S * set_ups
             b.deferred = min(MAX_DEFER, math.ceil(cost / max(preds[model.algo].seconds, 1e-6)))
             b.first = Pick(model.algo, model.chunks, f"{model.why} (measured from this size's call {b.deferred + 1})")
-            if b.deferred > 2:  # worth checking the model's price before trusting it for that long
-                b.price = preds[model.algo].seconds
         return b
 
     # -- the worker's side (call order) ------------------------------------------
@@ -316,17 +292,6 @@ class Tuner:
         """A trial call ran in `seconds` on this rank; after the first round's
         last, cut (or decide); after the bucket's last, decide."""
         b = trial.bucket
-        if trial.probe:
-            try:
-                took = self.agree([seconds])[0]  # the slowest rank's: every rank decides alike
-                if took > MISPRICED * b.price:
-                    b.deferred = b.ran_first  # the model is wrong here: its trials start at the next call
-                    assert b.first is not None
-                    b.first = replace(b.first, why=f"{b.first.why.rsplit(' (', 1)[0]} (it took {took * 1e3:.3g} ms: "
-                                      f"over {MISPRICED:g}x the model's price, measured from call {b.deferred + 1})")
-            finally:
-                b.probed.set()
-            return
         if trial.timed:
             b.times.setdefault(trial.candidate, []).append(seconds)
         if not trial.last:
