@@ -21,17 +21,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_queue_lock_knows_its_owner() -> None:
-    lock = lifecycle.OwnedLock()
-    assert not lock.held_here()
+    lock = threading.RLock()
+    assert not lifecycle.held_here(lock)
     seen: list[bool] = []
     with lock:
         with lock:  # re-entrant
-            assert lock.held_here()
-        assert lock.held_here()
-        t = threading.Thread(target=lambda: seen.append(lock.held_here()))
+            assert lifecycle.held_here(lock)
+        assert lifecycle.held_here(lock)
+        t = threading.Thread(target=lambda: seen.append(lifecycle.held_here(lock)))
         t.start()
         t.join()
-    assert seen == [False] and not lock.held_here()
+    assert seen == [False] and not lifecycle.held_here(lock)
+    with lock:  # held_here takes nothing away: the lock is still held once, and then free
+        lifecycle.held_here(lock)
+    assert lock.acquire(blocking=False)
+    lock.release()
 
 
 def test_a_forked_child_forgets_its_parents_threads() -> None:
@@ -49,8 +53,8 @@ def test_a_forked_child_forgets_its_parents_threads() -> None:
     got = os.read(r, 1)
     os.waitpid(pid, 0)
     os.close(r)
-    assert got == b"1" and not ran
     lifecycle._child_resets.pop()
+    assert got == b"1" and not ran
 
 
 _KEPT: list[object] = []

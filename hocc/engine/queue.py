@@ -15,6 +15,7 @@ Ticket: the future its Work waits on. Exit and fork: hocc/executor/lifecycle.py.
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 from hocc.engine.errors import CollectiveError, drop_frame_locals
 from hocc.executor import load
-from hocc.executor.lifecycle import OwnedLock, track
+from hocc.executor.lifecycle import held_here, track
 
 log = logging.getLogger("hocc")
 
@@ -111,7 +112,7 @@ class CallQueue:
         self.cpp = load().CallQueue(_weakly(self._failed), _weakly(self._done))
         self._pending: deque[Ticket] = deque()  # pushed and maybe not done, oldest first
         self._callbacks: dict[int, list[tuple[Ticket, Callable[[Ticket], None]]]] = {}
-        self._lock = OwnedLock()  # knows its owner (held_here); Ctrl-C cannot leave it held
+        self._lock = threading.RLock()  # entered in C: Ctrl-C cannot leave it held
         track(self)
 
     @property
@@ -121,7 +122,7 @@ class CallQueue:
     def held_here(self) -> bool:
         """Whether this thread holds the queue's lock: a collection that started under it (a finalizer
         closing this engine) must not wait for the worker, which may be waiting for that lock."""
-        return self._lock.held_here()
+        return held_here(self._lock)
 
     def busy_for(self) -> float:
         return float(self.cpp.busy_for())

@@ -10,7 +10,7 @@ they started. Everything here uses Python's public API only.
   (`at_fork_in_child` runs the registered resets there).
 - **Hand-offs.** An engine closed where its worker may be waiting for the caller (a finalizer run by a
   collection inside the queue's lock) closes on a thread of its own (`hand_off`), joined at exit.
-- **OwnedLock**: a re-entrant lock that can say whether this thread holds it (`held_here`)."""
+- **held_here**: whether this thread holds a re-entrant lock."""
 
 from __future__ import annotations
 
@@ -64,30 +64,27 @@ def at_fork_in_child(reset: Callable[[], None]) -> None:
     _child_resets.append(reset)
 
 
-class OwnedLock:
-    """A re-entrant lock that knows its owner: `held_here` answers whether this thread holds it.
-    Ctrl-C cannot leave it held: between the acquire and the return of __enter__ no Python function
-    starts and nothing jumps back, which is where CPython raises a pending KeyboardInterrupt."""
+def held_here(lock: threading.RLock) -> bool:
+    """Whether this thread holds `lock` (an RLock, entered with `with`, whose enter and exit are C's: Ctrl-C
+    cannot leave it held). Public API only: a thread of its own tries it first (it gets it only if it is
+    free), then this thread (it gets it again only if it is its own). A holder that lets go between the two
+    reads as this thread: the answer errs toward True, which only makes a close hand off to a thread."""
+    free: list[bool] = []
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._owner = 0
-        self._depth = 0
+    def probe() -> None:
+        if lock.acquire(blocking=False):
+            free.append(True)
+            lock.release()
 
-    def __enter__(self) -> OwnedLock:
-        self._lock.acquire()
-        self._owner = threading.get_ident()
-        self._depth += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if not self._depth:
-            self._owner = 0
-        self._lock.release()
-
-    def held_here(self) -> bool:
-        return self._owner == threading.get_ident()  # only the owner writes its own id: no race with itself
+    t = threading.Thread(target=probe, name="hocc-lock-probe")
+    t.start()
+    t.join()
+    if free:
+        return False
+    if lock.acquire(blocking=False):  # held, and this thread may take it again: it is this thread's
+        lock.release()
+        return True
+    return False
 
 
 def _drain_at_exit() -> None:
@@ -136,7 +133,10 @@ def _forget_parent() -> None:
     _live.clear()
     _handoffs.clear()
     for reset in _child_resets:
-        reset()
+        try:
+            reset()
+        except Exception:  # one reset's failure does not keep the others from running
+            log.exception("hocc: a reset after fork failed")
 
 
 def _wait_at_child_exit(_: object = None) -> None:
