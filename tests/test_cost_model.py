@@ -153,9 +153,12 @@ def test_a_links_burst_is_free_once_a_call_and_never_beyond_its_rate() -> None:
     without = predict_all("all_reduce", 1 << 14, 4, four_plain)
     assert with_burst["ho_ring"].seconds < 0.9 * with_burst["native"].seconds
     assert without["ho_ring"].seconds > 0.98 * without["native"].seconds
-    spec = "2x4@nic=1gbit,nic_burst=16k"
-    topo = parse_spec(spec)
-    assert topo.links.nic.burst == 16384 and parse_spec(to_spec(topo) or "").links == topo.links
-    assert Topology.from_dict(topo.to_dict()).links == topo.links
+    for spec in ("2x4@nic=1gbit,nic_burst=16k", "2x4@nic_burst=1m", "2x4@nic_burst=0"):
+        topo = parse_spec(spec)
+        assert parse_spec(to_spec(topo) or "").links == topo.links, to_spec(topo)
+        assert Topology.from_dict(topo.to_dict()).links == topo.links
+    assert parse_spec("2x4@nic=1gbit,nic_burst=16k").links.nic.burst == 16384
+    file_links = {"nic": {"bandwidth": "1gbit"}}  # a file that says nothing of the burst keeps the default's
+    assert Topology.from_dict({**shaped.to_dict(), "links": file_links}).links.nic.burst == shaped.links.nic.burst
     with pytest.raises(ValueError, match="cannot parse size"):
         parse_spec("2x4@nic_burst=lots")

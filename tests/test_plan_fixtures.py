@@ -85,8 +85,18 @@ def test_a_bad_plan_is_refused_with_its_reason() -> None:
     from hocc.executor import load
 
     good = make_plan("all_reduce", 13, 4, parse_spec("2x2"), "ho_ring").to_dict()
+    step = good["steps"][0]
+    bad_offset = {**step, "groups": [{**step["groups"][0], "offset": -1}, *step["groups"][1:]]}
     for broken, why in (("{", "bad plan JSON"), (json.dumps({**good, "world": 1}), "names rank"),
                         (json.dumps({k: v for k, v in good.items() if k != "steps"}), "no 'steps'"),
-                        (json.dumps({**good, "collective": "all_to_all"}), "all_to_all")):
+                        (json.dumps({**good, "collective": "all_to_all"}), "all_to_all"),
+                        (json.dumps({**good, "steps": [bad_offset, *good["steps"][1:]]}), "out of range: -1"),
+                        (json.dumps({**good, "layout": {**good["layout"], "block_elems": -3}}), "out of range"),
+                        (json.dumps({**good, "world": 2**40}), "out of range"),
+                        (json.dumps(good).replace('"stages": 3', '"stages": nan'), "bad plan JSON")):
         with pytest.raises(RuntimeError, match=why):
             load().Plan(broken)
+    # what to_cpp sends in full: the model's figures (floats, exponents) and text with escapes cross too
+    full = {**good, "reason": "priced \u00e9 \"here\"\n", "predicted_s": 1.5e-05, "meta": {"x": [-1, 0.25, None]}}
+    cpp = load().Plan(json.dumps(full))
+    assert (cpp.world, cpp.stages, cpp.num_steps) == (4, good["stages"], len(good["steps"]))

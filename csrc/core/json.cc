@@ -1,7 +1,8 @@
 #include "core/json.h"
 
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <system_error>
 
 #include "core/types.h"
 
@@ -82,11 +83,13 @@ class Reader {
     } else if (word("null")) {
       v.kind = Json::Kind::null;
     } else {
-      v.kind = Json::Kind::number;
+      // JSON's number grammar only (no nan, inf or hex), read without the C locale's decimal point
       const char* start = t_.c_str() + i_;
-      char* end = nullptr;
-      v.num = std::strtod(start, &end);
-      if (end == start) fail("expected a value");
+      const char* last = t_.c_str() + t_.size();
+      if (!(c == '-' || (c >= '0' && c <= '9'))) fail("expected a value");
+      const auto [end, ec] = std::from_chars(start, last, v.num, std::chars_format::general);
+      if (ec != std::errc() || end == start) fail("a malformed number");
+      v.kind = Json::Kind::number;
       i_ += size_t(end - start);
     }
     --depth_;
@@ -110,7 +113,9 @@ class Reader {
           case 'f': c = '\f'; break;
           case 'u': {  // a plan's text is ASCII; any other code point is kept as '?'
             if (i_ + 4 > t_.size()) fail("a short \\u escape");
-            const long code = std::strtol(t_.substr(i_, 4).c_str(), nullptr, 16);
+            unsigned code = 0;
+            const auto [end, ec] = std::from_chars(t_.data() + i_, t_.data() + i_ + 4, code, 16);
+            if (ec != std::errc() || end != t_.data() + i_ + 4) fail("a bad \\u escape");
             i_ += 4;
             c = code < 0x80 ? char(code) : '?';
             break;
@@ -149,6 +154,12 @@ const Json& Json::at(const std::string& key) const {
 long long Json::integer() const {
   if (kind != Kind::number || num != std::floor(num) || std::fabs(num) > 9.0e15) wrong("expected a whole number");
   return static_cast<long long>(num);
+}
+
+long long Json::natural(long long most) const {
+  const long long v = integer();
+  if (v < 0 || v > most) wrong("a count out of range: " + std::to_string(v));
+  return v;
 }
 
 const std::string& Json::text() const {

@@ -22,6 +22,7 @@ struct Json {
   const Json& at(const std::string& key) const;  // a field that must be there
   const Json* find(const std::string& key) const;  // nullptr where absent
   long long integer() const;                        // a number that must be a whole one
+  long long natural(long long most) const;          // a whole number in [0, most]
   const std::string& text() const;
   bool boolean() const;
   const std::vector<Json>& array() const;

@@ -95,16 +95,26 @@ WorkAt parse_work_at(const std::string& n) {
 
 Plan plan_from_json(const std::string& text) { return plan_from_json(parse_json(text)); }
 
+namespace {
+constexpr long long kMostInt = 0x7fffffff;
+constexpr long long kMostElems = 1LL << 50;  // elements: far beyond any buffer, far below a size_t's wrap
+}  // namespace
+
 Plan plan_from_json(const Json& d) {
   Plan p;
   p.collective = parse_plan_op(d.at("collective").text());
-  p.world = int(d.at("world").integer());
-  p.stages = int(d.at("stages").integer());
+  p.world = int(d.at("world").natural(kMostInt));
+  p.stages = int(d.at("stages").natural(kMostInt));
   const Json& lay = d.at("layout");
   std::vector<int> order;
-  for (const Json& o : lay.at("order").array()) order.push_back(int(o.integer()));
-  p.layout = Layout{int(lay.at("blocks").integer()), size_t(lay.at("block_elems").integer()),
-                    int(lay.at("chunks").integer()), size_t(lay.at("piece").integer()), order};
+  for (const Json& o : lay.at("order").array()) {  // a caller block's index, or kPadBlock
+    const long long b = o.integer();
+    if (b != kPadBlock && (b < 0 || b > kMostInt))
+      throw Error("hocc: the layout's block order names block " + std::to_string(b));
+    order.push_back(int(b));
+  }
+  p.layout = Layout{int(lay.at("blocks").natural(kMostInt)), size_t(lay.at("block_elems").natural(kMostElems)),
+                    int(lay.at("chunks").natural(kMostInt)), size_t(lay.at("piece").natural(kMostElems)), order};
   const Json* work_at = d.find("work_at");
   p.work_at = parse_work_at(work_at ? work_at->text() : "scratch");
   const Json* pack = d.find("pack");
@@ -116,7 +126,7 @@ Plan plan_from_json(const Json& d) {
                 std::to_string(p.layout.blocks) + " blocks");
   for (const Json& js : d.at("steps").array()) {
     Step s;
-    s.stage = int(js.at("stage").integer()), s.chunk = int(js.at("chunk").integer());
+    s.stage = int(js.at("stage").natural(kMostInt)), s.chunk = int(js.at("chunk").natural(kMostInt));
     s.op = parse_plan_op(js.at("collective").text()), s.impl = parse_impl(js.at("impl").text());
     const Json* src = js.find("src");
     const Json* dst = js.find("dst");
@@ -124,12 +134,12 @@ Plan plan_from_json(const Json& d) {
     for (const Json& jg : js.at("groups").array()) {
       GroupSlice g;
       for (const Json& r : jg.at("ranks").array()) {
-        const long long rank = r.integer();
+        const long long rank = r.natural(kMostInt);
         if (rank < 0 || rank >= p.world)
           throw Error("hocc: plan group names rank " + std::to_string(rank) + " of " + std::to_string(p.world));
         g.ranks.push_back(int(rank));
       }
-      g.offset = size_t(jg.at("offset").integer()), g.seg = size_t(jg.at("seg").integer());
+      g.offset = size_t(jg.at("offset").natural(kMostElems)), g.seg = size_t(jg.at("seg").natural(kMostElems));
       s.groups.push_back(std::move(g));
     }
     p.add_step(std::move(s));

@@ -7,6 +7,8 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hocc.executor import load
+
 if TYPE_CHECKING:
     from hocc.plan.types import Plan
 
@@ -67,11 +69,12 @@ class FailedStep:
 def failed_step(e: BaseException | None, plan: Plan) -> FailedStep | None:
     """The step `e` (hocc._C's HoccNativeError, or an error it caused) failed at, named with `plan`'s
     tiers; None for a failure outside every step (set-up, a Python error)."""
+    native = load().HoccNativeError
     while e is not None:
         if isinstance(e, CollectiveError):  # named already
             return e.at
         f = vars(e)  # the fields hocc._C sets on its errors (csrc/python/bindings.cc, error_object)
-        if "stage" in f:
+        if isinstance(e, native) and "stage" in f:
             if f["stage"] < 0:
                 return None
             tier = {st.stage: st.tier for st in plan.steps}.get(f["stage"], "?")

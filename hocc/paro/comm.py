@@ -84,7 +84,7 @@ def _shared(topo: Topology, ways: int, cfg: PlannerConfig) -> tuple[Topology, Pl
     links = topo.links
     for tier in ("nic", "trunk"):
         old = links.tier(tier)
-        links = links.with_tier(tier, replace(old, bandwidth=old.bandwidth / ways))
+        links = links.with_tier(tier, replace(old, bandwidth=old.bandwidth / ways, burst=old.burst / ways))
     shared = Topology(topo.host_infos(), links)
     shared.cost = topo.cost
     params = cfg.params

@@ -27,10 +27,7 @@ class Link:
     burst: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
-        d = {"bandwidth": self.bandwidth, "latency": self.latency}
-        if self.burst:
-            d["burst"] = self.burst
-        return d
+        return {"bandwidth": self.bandwidth, "latency": self.latency, "burst": self.burst}
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class LinkModel:
             if isinstance(val, dict):
                 bw = val.get("bandwidth", base.bandwidth)
                 lat = val.get("latency", base.latency)
-                burst = val.get("burst", 0)  # to_dict's form: absent is none
+                burst = val.get("burst", base.burst)  # what a file leaves out is the default's, as in a spec
                 link = Link(parse_rate(bw), parse_duration(lat),
                             float(burst) if isinstance(burst, (int, float)) else float(parse_size(burst)))
             else:

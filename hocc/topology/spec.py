@@ -177,5 +177,5 @@ def to_spec(topo: Topology) -> str | None:
         if link.latency != base.latency:
             items.append(f"{t}_latency={format_duration(link.latency)}")
         if link.burst != base.burst:
-            items.append(f"{t}_burst={link.burst:g}")
+            items.append(f"{t}_burst={int(link.burst)}")
     return shape + suffix + ("@" + ",".join(items) if items else "")
