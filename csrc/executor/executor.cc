@@ -102,7 +102,7 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
       if (r.rec) r.rec->end_step(l.step_rec);
     } catch (const std::exception& e) {
       const std::string step = std::string(impl_name(s.impl)) + " " + op_name(s.op);
-      rethrow_at({s.stage, s.chunk, step, std::vector<int>(g->ranks.begin(), g->ranks.end())},
+      rethrow_at({s.stage, s.chunk, step, g->ranks},
                  "at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " + step +
                      " over ranks [" + ranks_of(*g) + "]: ",
                  e);

@@ -92,8 +92,6 @@ def _weakly(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-
-
 class CallQueue:
     """on_failed(ticket, error) -> the exception a failed plan run raises, from
     hocc._C's (HoccNativeError or HoccMismatchError, with the failure's fields;

@@ -371,17 +371,21 @@ class PlanCost:
         """The call's seconds: its ticks in turn, and at least its busiest link's bytes at that link's rate.
         The second bound only binds where a link has a burst: one call may pass its first bytes
         faster than the rate, but calls that follow one another cannot average more than it."""
-        ticks = float(self.breakdown(links, params).sum() + self.copy_bytes / params.copy_bandwidth)
-        return max(ticks, self._busiest_link(links, params))
+        weighted = self._weighted(params)
+        ticks = float(self._ticks(weighted, links, params).sum() + self.copy_bytes / params.copy_bandwidth)
+        return max(ticks, self._busiest_link(weighted, links, params))
 
-    def _busiest_link(self, links: LinkModel, params: CostParams) -> float:
+    def _weighted(self, params: CostParams) -> np.ndarray:
+        """Bytes per (tick, link), each step class's bytes times its factor."""
+        weighted: np.ndarray = self.loads @ np.array([params.factor(c) for c in self.classes])
+        return weighted
+
+    def _busiest_link(self, weighted: np.ndarray, links: LinkModel, params: CostParams) -> float:
         if not self.links or not len(self.mult):
             return 0.0
-        f = np.array([params.factor(c) for c in self.classes])
-        rate = self._rates(links, params)[self.kinds]
         if params.native == "nccl" and self.solo is not None and self.solo.any():
             return 0.0  # NCCL's own call times price those links (breakdown)
-        return float(((self.mult @ (self.loads @ f)) / rate).max())
+        return float(((self.mult @ weighted) / self._rates(links, params)[self.kinds]).max())
 
     @staticmethod
     def _rates(links: LinkModel, params: CostParams) -> np.ndarray:
@@ -391,12 +395,14 @@ class PlanCost:
 
     def breakdown(self, links: LinkModel, params: CostParams) -> np.ndarray:
         """Seconds of each distinct tick times its multiplicity (launch included)."""
+        return self._ticks(self._weighted(params), links, params)
+
+    def _ticks(self, weighted: np.ndarray, links: LinkModel, params: CostParams) -> np.ndarray:
         if not len(self.mult):
             return np.zeros(0)
-        f = np.array([params.factor(c) for c in self.classes])
         bw = self._rates(links, params)
         if self.links:
-            loads = self.loads @ f
+            loads = weighted
             burst = np.array([links.host.burst, links.nic.burst, links.trunk.burst, 0.0, 0.0])[self.kinds]
             if burst.any():  # a link's first `burst` bytes of the call are free: each tick pays its share of the rest
                 total = self.mult @ loads
