@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -337,6 +339,57 @@ def _groups_body(rank: int, world: int) -> None:
 @pytest.mark.slow
 def test_subgroups_and_device_mesh() -> None:
     run_world(4, _groups_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
+
+
+class _SlowStore(dist.Store):
+    """The store a slow rank's gloo sees: its wait for the last rank's address takes 2 s, so it is still
+    inside connectFullMesh when the other ranks have finished theirs."""
+
+    def __init__(self, inner: dist.Store, last: str) -> None:
+        super().__init__()
+        self.inner, self.last = inner, last
+
+    def set(self, key: str, value: Any) -> None:
+        self.inner.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        if key.endswith(self.last):
+            time.sleep(2.0)
+        return self.inner.get(key)
+
+    def add(self, key: str, n: int) -> int:
+        return self.inner.add(key, n)
+
+    def wait(self, keys: list[str], *timeout: Any) -> None:
+        self.inner.wait(keys, *timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return self.inner.check(keys)
+
+
+def _slow_gloo_body(rank: int, world: int) -> None:
+    import torch.distributed.distributed_c10d as c10d
+
+    if rank == 0:
+        built = c10d.ProcessGroupGloo
+
+        class SlowGloo(built):  # type: ignore[misc, valid-type]
+            def __init__(self, store: dist.Store, *args: Any, **kwargs: Any) -> None:
+                super().__init__(_SlowStore(store, str(world - 1)), *args, **kwargs)
+
+        c10d.ProcessGroupGloo = SlowGloo
+    mixed = dist.new_group(backend="cpu:gloo,cuda:hocc")
+    t = torch.ones(3)
+    dist.all_reduce(t, group=mixed)
+    assert torch.all(t == world)
+
+
+def test_mixed_group_waits_for_a_slow_rank() -> None:
+    """A "cpu:gloo,cuda:hocc" group: torch builds gloo for CPU, then drops it for the group hocc's
+    creator returns. A rank that dropped it while rank 0 was still connecting made rank 0 fail
+    ("Connection closed by peer"); the creator now waits for every rank first. Rank 0 is made slow
+    inside gloo's own set-up, where the failure was (it came and went with load before)."""
+    run_world(4, _slow_gloo_body, backend="hocc")
 
 
 def test_bad_device_map() -> None:

@@ -427,8 +427,27 @@ for _name, _backend_name in DELEGATED.items():
 
 def create(opts: Any, _pg_options: Any = None) -> HoccProcessGroup:
     """torch.distributed's creator hook (extended API)."""
+    _all_ranks_here(opts.store, opts.group_rank, opts.group_size, opts.timeout)
     return HoccProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                             list(opts.global_ranks_in_group or []), str(opts.group_id))
+
+
+def _all_ranks_here(store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+    """Return once every rank of the group has reached this creator.
+
+    A ProcessGroup subclass returned from a creator replaces the group torch was
+    assembling, so in a "cpu:gloo,cuda:hocc" group torch drops the gloo backend it
+    has just built for CPU (the group's CPU tensors go to this one's inner gloo).
+    Dropped on a rank that got here first, its sockets close while a slower rank is
+    still inside that gloo's connectFullMesh, which then fails with "Connection
+    closed by peer". Every rank reaches this creator only after that constructor
+    returned, so waiting here for all of them makes the drop harmless."""
+    store.set(f"hocc-created/{rank}", "1")
+    try:
+        store.wait([f"hocc-created/{r}" for r in range(size)], timeout)
+    except Exception as e:
+        raise RuntimeError(f"hocc backend: rank {rank} of {size} made its group, but not every rank did "
+                           f"within the group's timeout ({timeout}): {e}") from e
 
 
 def register() -> None:
