@@ -95,6 +95,44 @@ def test_trials_follow_the_call_sequence_and_the_fastest_wins() -> None:
     assert replay == seen
 
 
+def test_settled_only_once_a_pick_is_final() -> None:
+    """What the engine may keep for a call shape (Engine._ready): a pick with no trials left to change it."""
+    assert _tuner(trials=False).settled("all_reduce", 1 << 20, 4, "float32")  # the table's pick stands
+    tuner = _tuner()
+    tuner.measure_all()
+    for _ in range(100):
+        pick, trial = tuner.pick("all_reduce", 1 << 20, 4, "float32")
+        if trial is None:
+            break
+        assert not tuner.settled("all_reduce", 1 << 20, 4, "float32")
+        tuner.measured(trial, 0.01 if pick.algo == "ring" else 0.05)
+    assert tuner.settled("all_reduce", 1 << 20, 4, "float32") and pick.algo == "ring", pick
+    assert tuner.settled("all_reduce", (1 << 20) - 5, 4, "float32")  # the same bucket
+    assert not tuner.settled("all_reduce", 1 << 10, 4, "float32")  # another
+
+
+def _world_ready_calls(rank: int, world: int) -> None:
+    """A repeated call runs from the engine's kept plan; a change of settings drops what it kept."""
+    from hocc.engine.group_engines import get_engine
+
+    eng = get_engine(dist.group.WORLD, torch.device("cpu"))  # type: ignore[arg-type]
+    x = torch.ones(5)
+    for algo in ("ring", "native", "ring"):
+        hocc.configure(algo=algo)
+        for _ in range(3):
+            hocc.all_reduce(x)
+            plan = hocc.last_plan()
+            assert plan is not None and plan.algo == algo, (algo, plan)
+        assert list(eng._ready) == [("all_reduce", 5, 4, algo, "float32")], eng._ready
+    assert torch.all(x == world ** 9)
+    hocc.all_reduce(x, algo="native")  # a call's own algo is part of the shape
+    assert hocc.last_plan().algo == "native" and len(eng._ready) == 2  # type: ignore[union-attr]
+
+
+def test_ready_calls_follow_the_settings() -> None:
+    run_world(2, _world_ready_calls)
+
+
 def test_the_model_settles_what_it_can_tell_apart() -> None:
     """By default a bucket is measured only between the candidates the model
     prices within TRY_WITHIN of its pick (HO-Ring at the model's K); one with

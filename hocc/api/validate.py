@@ -11,6 +11,8 @@ import torch.distributed as dist
 from hocc.config import algo_choices
 from hocc.engine.dtypes import DTYPES, op_name
 
+_DTYPE_SET = frozenset(DTYPES)  # a set's lookup: a tuple's compares up to every dtype, every call
+
 
 class HoccError(ValueError):
     """Bad input to a hocc call (raised before any communication)."""
@@ -23,8 +25,12 @@ def check_initialized(fn: str) -> None:
 
 
 def resolve_group(group: dist.ProcessGroup | None, fn: str) -> dist.ProcessGroup:
-    check_initialized(fn)
-    g = group if group is not None else dist.group.WORLD
+    world = dist.group.WORLD if dist.is_available() else None
+    if world is None:
+        check_initialized(fn)  # raises: no default group
+    if world is not None and (group is None or group is world):  # every rank is the world's: no lookups
+        return world
+    g = group
     if g is None or g == dist.GroupMember.NON_GROUP_MEMBER:
         raise HoccError(f"hocc.{fn}: this rank is not a member of the given group; call collectives "
                         "only on ranks that belong to the group")
@@ -50,7 +56,7 @@ def check_op(op: object, fn: str) -> str:
 def check_tensor(t: object, what: str, fn: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise HoccError(f"hocc.{fn}: {what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in DTYPES:
+    if t.dtype not in _DTYPE_SET:
         names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
         raise HoccError(f"hocc.{fn}: {what} has dtype {t.dtype}, which hocc does not support; use one of {names}")
     if not t.is_contiguous():

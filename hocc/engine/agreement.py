@@ -35,7 +35,7 @@ def plan_hash(plan: Plan) -> int:
     return int.from_bytes(digest, "little")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a small call 0.6 us more; never changed
 class Call:
     seq: int  # the engine's call number
     collective: str

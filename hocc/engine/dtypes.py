@@ -19,6 +19,12 @@ OP_NAMES = {
 
 def op_name(op: object) -> str:
     """'sum', 'avg', ... for a ReduceOp (or its RedOpType), else ValueError."""
+    try:
+        name = OP_NAMES.get(op)  # type: ignore[call-overload]  # a RedOpType member: one lookup
+    except TypeError:  # an unhashable ReduceOp object: compared below
+        name = None
+    if name is not None:
+        return name
     for known, name in OP_NAMES.items():
         try:
             if op == known:

@@ -74,6 +74,11 @@ class Engine:
         self.topology = resolve_topology(info, prefix, cfg, device)
         self._group: weakref.ref[dist.ProcessGroup] | None = None  # the API's group, when it made this engine
         self._last: Compiled | None = None  # the last call's plan (last_plan)
+        # what a call of (collective, count, elem_size, algo, dtype) runs, where that can no longer change
+        # (a fixed algo, or auto's bucket decided), under the config object `_ready_cfg`: a repeated call
+        # skips planning and auto's lookup (half the engine's Python per call)
+        self._ready: dict[tuple[str, int, int, str, str], Compiled] = {}
+        self._ready_cfg: Config | None = None
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
@@ -147,6 +152,23 @@ class Engine:
         self._checker().allreduce([t], opts).wait()
         return [float(v) for v in t]
 
+    def _ready_or_compiled(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config,
+                           dtype: str) -> tuple[Compiled, Trial | None]:
+        """_compiled, answered from _ready where a call of this shape can no longer run anything else."""
+        if cfg is not self._ready_cfg:
+            self._ready, self._ready_cfg = {}, cfg
+        key = (collective, count, elem_size, algo, dtype)
+        entry = self._ready.get(key)
+        if entry is not None:
+            return entry, None
+        entry, trial = self._compiled(collective, count, elem_size, algo, cfg, dtype)
+        if trial is None and not cfg.debug and (algo != "auto" or self.tuner(cfg).settled(collective, count,
+                                                                                          elem_size, dtype)):
+            if len(self._ready) >= self.plans.size:  # as bounded as the plan cache: oldest out
+                self._ready.pop(next(iter(self._ready)))
+            self._ready[key] = entry
+        return entry, trial
+
     def _compiled(self, collective: str, count: int, elem_size: int, algo: str, cfg: Config,
                   dtype: str = "float32") -> tuple[Compiled, Trial | None]:
         settings = self.settings(cfg)
@@ -204,7 +226,7 @@ class Engine:
         self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         dtype = dtype_name(inp.dtype)
-        entry, trial = self._compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
+        entry, trial = self._ready_or_compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
         self._last = entry
         call = Call(self._seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
         self._seq += 1
@@ -214,7 +236,7 @@ class Engine:
             self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
                                entry, time.time_ns())
         if self._plain(entry, trial, cfg):
-            return self._run_plain(entry, inp, out, reduce_op, call, cfg, async_op)
+            return self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, async_op)
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
                            (None, call))
 
@@ -224,13 +246,12 @@ class Engine:
         return (self.device.type == "cpu" and trial is None and entry.setup.done and cfg.check != "all"
                 and not self.cfg.trace)
 
-    def _run_plain(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                   cfg: Config, async_op: bool) -> Work | None:
+    def _run_plain(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, dtype: str, reduce_op: str,
+                   call: Call, cfg: Config, async_op: bool) -> Work | None:
         """A plain call (_plain), straight into C++: a sync one on this thread when
         the queue is idle (its failure raises here), else queued to the worker (its
         failure comes back through _queued_run_failed, on the worker)."""
         cpp_call = call.cpp() if cfg.check != "off" else None
-        dtype = dtype_name(inp.dtype)
         if not async_op:
             try:
                 if self._queue.run_here(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq):

@@ -41,6 +41,9 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
     as a call is; refresh=False keeps a stale engine (asking what its last call
     ran: no collective)."""
     cfg = cfg or get_config()
+    eng = _engines.get((id(group), device.type))  # the common case first: one read, no lock (a dict read is atomic)
+    if eng is not None and eng.group is group and not (refresh and eng.stale(cfg)) and eng.closed is None:
+        return eng
     own = getattr(group, "hocc_engine", None)
     if own is not None:  # a group of the hocc backend keeps its own engines
         return own(device, refresh)

@@ -201,6 +201,14 @@ class Tuner:
         b.issued += 1
         return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.due())
 
+    def settled(self, collective: str, count: int, elem_size: int, dtype: str) -> bool:
+        """Whether every later call of this shape picks what pick() answers now: its bucket is decided
+        (decisions are final), or there are no trials (the table's pick stands)."""
+        if not self.trials:
+            return True
+        with self._lock:
+            return (collective, dtype, bucket_of(count * elem_size)) in self._decided
+
     def peek(self, collective: str, count: int, elem_size: int, dtype: str) -> Pick:
         """What a call of this size would run once its bucket is decided (its
         measured pick if it is, the table's if not), without taking a trial."""
