@@ -341,6 +341,36 @@ def test_subgroups_and_device_mesh() -> None:
     run_world(4, _groups_body, env={"HOCC_TOPOLOGY": "2x2"}, backend="hocc")
 
 
+def _sync_here_body(rank: int, world: int) -> None:
+    g = dist.group.WORLD
+    assert isinstance(g, hocc.HoccProcessGroup)
+    queue = g.hocc_engine(torch.device("cpu"))._queue
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the first call of a size sets up its communicators
+    pushed: list[str] = []
+    real_run, real_python = queue.push_run, queue.push_python
+    queue.push_run = lambda *a, **k: pushed.append("run") or real_run(*a, **k)  # type: ignore[method-assign]
+    queue.push_python = lambda *a, **k: pushed.append("python") or real_python(*a, **k)  # type: ignore[method-assign]
+    for op, want in ((dist.ReduceOp.SUM, world), (dist._make_nccl_premul_sum(0.5), 0.5 * world)):
+        t = torch.ones(3)
+        dist.all_reduce(t, op=op)  # torch's sync call (opts.asyncOp False): run here, nothing queued
+        assert pushed == [] and torch.all(t == want), (pushed, t)
+    out = [torch.empty(3) for _ in range(world)]
+    dist.all_gather(out, torch.full((3,), float(rank)))  # the list form's copy-out, here too
+    assert pushed == [] and all(torch.all(o == r) for r, o in enumerate(out))
+    t = torch.ones(3)
+    work = dist.all_reduce(t, async_op=True)  # async: queued, whoever then runs it
+    assert work is not None and pushed == ["run"]
+    work.wait()
+    assert torch.all(t == world)
+
+
+def test_sync_calls_run_on_the_callers_thread() -> None:
+    """torch calls a backend async and waits at once for a sync call; hocc reads opts.asyncOp and runs
+    such a call here (the hand-off to its worker and back cost a 4-byte all_reduce about 120 us)."""
+    run_world(2, _sync_here_body, backend="hocc")
+
+
 class _SlowStore(dist.Store):
     """The store a slow rank's gloo sees: its wait for the last rank's address takes 2 s, so it is still
     inside connectFullMesh when the other ranks have finished theirs."""

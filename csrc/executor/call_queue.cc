@@ -62,6 +62,30 @@ bool CallQueue::run_here(const Job& job) {
   return true;
 }
 
+bool CallQueue::run_queued_here(uint64_t ticket) {
+  Job job;
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    const uint64_t next = s_->pushed - s_->jobs.size();  // the first ticket not begun
+    if (s_->stopping || s_->here || s_->jobs.empty() || next != ticket ||
+        s_->completed.load(std::memory_order_relaxed) != ticket)  // an earlier item still runs
+      return false;
+    job = std::move(s_->jobs.front());
+    s_->jobs.pop_front();
+    s_->here = true;  // as run_here: the worker starts nothing until this item ends
+    s_->running_since_ns.store(steady_ns(), std::memory_order_relaxed);
+  }
+  struct Finish {
+    State& s;
+    ~Finish() { finish(s); }
+  } finish_here{*s_};
+  try {
+    job(ticket);
+  } catch (...) {  // as on the worker: the bindings' jobs catch their own errors
+  }
+  return true;
+}
+
 void CallQueue::finish(State& s) {
   bool tell;
   uint64_t done;

@@ -45,6 +45,11 @@ class CallQueue {
   // it throws passes through, the item counted done); false, and nothing done, if not or if the
   // queue has stopped (push it: push says why).
   bool run_here(const Job& job);
+  // A waiter's item, run on its own thread if it is next and the worker has not begun it (a sync
+  // caller of an async API, e.g. torch's all_reduce on a backend: no hand-off to the worker and back).
+  // The item handles its own errors, as on the worker. True once it ran; false, nothing done, if not
+  // (begun, not next, dropped, or the queue is stopping: wait for it).
+  bool run_queued_here(uint64_t ticket);
   // Blocks until item `ticket` is done or dropped, or timeout_s (< 0: no limit) has passed.
   Wait wait(uint64_t ticket, double timeout_s = -1);
   uint64_t completed() const { return s_->completed.load(std::memory_order_acquire); }

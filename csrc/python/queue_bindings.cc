@@ -188,6 +188,10 @@ class PyCallQueue {
     });
   }
 
+  bool run_queued_here(uint64_t ticket) {
+    return without_gil([&] { return q_->run_queued_here(ticket); });
+  }
+
   // in slices, so that Ctrl-C (a signal Python handles on the main thread) ends a wait
   int wait(uint64_t ticket, double timeout_s) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -232,6 +236,8 @@ void bind_call_queue(py::module_& m) {
            "a sync call's plan run on this thread if the queue is idle (its failure raises); False if busy")
       .def("run_python_here", &PyCallQueue::run_python_here, py::arg("fn"),
            "fn() on this thread if the queue is idle (its exception raises); False if busy")
+      .def("run_queued_here", &PyCallQueue::run_queued_here, py::arg("ticket"),
+           "run item `ticket` on this thread, without the GIL, if it is next and not begun: True once it ran")
       .def("wait", &PyCallQueue::wait, py::arg("ticket"), py::arg("timeout_s") = -1.0,
            "0: done, 1: dropped by cancel(), 2: timed out")
       .def_property_readonly("completed", [](PyCallQueue& q) { return q.q().completed(); })

@@ -3,7 +3,8 @@
 // see them done; watch() calls back; close() runs what is queued; cancel()
 // from another thread or from the worker drops what has not begun and never
 // loses or repeats the item that runs; a queue destroyed by its own item lets
-// that item end; an item run on its caller's thread (run_here) keeps the order.
+// that item end; an item run on its caller's thread (run_here) keeps the order, and so does a queued
+// item its waiter runs (run_queued_here) whichever thread wins it.
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -220,6 +221,48 @@ void runs_here() {
   EXPECT(!q.run_here([](uint64_t) {}), "a stopped queue runs nothing here (push says why)");
 }
 
+void runs_queued_here() {
+  CallQueue q;
+  const auto me = std::this_thread::get_id();
+  std::atomic<bool> release{false}, started{false};
+  const uint64_t slow = q.push([&](uint64_t) {
+    started.store(true);
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!started.load()) std::this_thread::yield();
+  int ran = 0;
+  const uint64_t next = q.push([&](uint64_t) { ++ran; });
+  EXPECT(!q.run_queued_here(next) && ran == 0, "an item behind a running one is left to the worker");
+  EXPECT(!q.run_queued_here(slow), "an item the worker has begun is not run again");
+  release.store(true);
+  EXPECT(q.wait(next) == CallQueue::kDone && ran == 1, "both end, each once");
+
+  // a waiter and the worker race for each item: whoever takes it, it runs once, in order
+  std::vector<uint64_t> order;  // written by one thread at a time: the queue's lock orders the hand-overs
+  std::vector<std::thread::id> where;
+  int here = 0;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t t = q.push([&](uint64_t ticket) {
+      order.push_back(ticket);
+      where.push_back(std::this_thread::get_id());
+    });
+    const bool stolen = q.run_queued_here(t);
+    EXPECT(q.wait(t) == CallQueue::kDone, "the raced item ends");
+    if (stolen) {
+      ++here;
+      EXPECT(where.back() == me, "an item run here runs on the waiter's thread");
+    }
+  }
+  bool in_order = order.size() == 300;
+  for (size_t i = 1; in_order && i < order.size(); ++i) in_order = order[i] == order[i - 1] + 1;
+  EXPECT(in_order, "every raced item ran once, in ticket order");
+  std::printf("    run_queued_here: %d of 300 raced items ran on the waiter\n", here);
+
+  q.cancel("stopped for the test");
+  q.join();
+  EXPECT(!q.run_queued_here(q.pushed()), "a stopped queue runs nothing here");
+}
+
 }  // namespace
 
 void call_queue_checks() {
@@ -233,7 +276,9 @@ void call_queue_checks() {
   destroyed_by_its_item();
   joins_and_thread_ids();
   runs_here();
-  std::printf("  call queue: order, waits from threads, watch, close, cancel, run here (%.1f s)\n", since(t0));
+  runs_queued_here();
+  std::printf("  call queue: order, waits from threads, watch, close, cancel, run here, run queued here (%.1f s)\n",
+              since(t0));
 }
 
 }  // namespace hocc_test

@@ -8,6 +8,7 @@ mechanism for all methods; the planned collectives are the only overrides."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -188,14 +189,25 @@ class HoccProcessGroup(dist.ProcessGroup):
         return self._backend_for(device) == "hocc"
 
     # -- the three planned collectives ---------------------------------------
-    def _submit(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> Work:
-        """An already-checked call with the default algo, async, on the engine."""
-        work = self.hocc_engine(inp.device).run(collective, inp, out, reduce_op, None, async_op=True)
-        assert work is not None
-        return work
-
-    def _run(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str) -> dist.Work:
-        return _FutureWork(self._submit(collective, inp, out, reduce_op).get_future())
+    def _call(self, collective: str, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, opts: Any,
+              result: list[torch.Tensor], after: Callable[[], None] | None = None) -> dist.Work:
+        """An already-checked call with the default algo on the engine; `after` runs once it succeeded (a
+        copy to the caller's tensors), and the Work's future then holds `result`. torch says in
+        opts.asyncOp whether its caller waits at once (dist.all_reduce(t) does): such a CPU call runs
+        here, on the caller's thread, as a drop-in sync call does (queued, the hand-off to the worker
+        and back cost a 4-byte all_reduce about 120 us), and its failure raises here."""
+        engine = self.hocc_engine(inp.device)
+        if inp.device.type == "cpu" and not getattr(opts, "asyncOp", True):
+            engine.run(collective, inp, out, reduce_op, None, async_op=False)
+            if after is not None:
+                after()
+            done: torch.futures.Future[Any] = torch.futures.Future()
+            done.set_result(result)
+            return _FutureWork(done)
+        call = engine.run(collective, inp, out, reduce_op, None, async_op=True)
+        assert call is not None
+        work = call.then(after, result) if after is not None else call
+        return _FutureWork(work.get_future(), call)
 
     @staticmethod
     def _plannable(tensors: list[torch.Tensor], op: object = dist.ReduceOp.SUM) -> bool:
@@ -227,10 +239,9 @@ class HoccProcessGroup(dist.ProcessGroup):
         if len(tensors) != 1 or not self._planned(t.device) or not self._plannable(tensors, opts.reduceOp):
             return self.inner(t.device).allreduce(tensors, opts)
         src, name = self._scaled(t, opts.reduceOp)
-        work = self._submit("all_reduce", src, src, name)
-        if src is not t:  # the scaled copy's sum goes to the caller's tensor once the call succeeded
-            work = work.then(lambda: copy_out(src, [t]), [t])
-        return _FutureWork(work.get_future())
+        # the scaled copy's sum goes to the caller's tensor once the call succeeded
+        return self._call("all_reduce", src, src, name, opts, [t],
+                          (lambda: copy_out(src, [t])) if src is not t else None)
 
     def broadcast(self, tensors: Any, opts: Any = None) -> dist.Work:
         """The root's tensor to every rank, as a planned sum of its bytes seen
@@ -257,20 +268,18 @@ class HoccProcessGroup(dist.ProcessGroup):
             return self.inner(t.device).broadcast(tensors, opts)
         root = self.rank() == opts.rootRank
         src = bits.clone() if root else torch.zeros_like(bits)
-        work = self._submit("all_reduce", src, src, "sum")
-        if not root:
-            def deliver() -> None:
-                with torch.inference_mode():  # on hocc's worker thread, as copy_out
-                    bits.copy_(src)
-                    if dense is not t:
-                        t.copy_(dense)
-            work = work.then(deliver, [t])
-        return _FutureWork(work.get_future())
+
+        def deliver() -> None:
+            with torch.inference_mode():  # on hocc's worker thread, as copy_out
+                bits.copy_(src)
+                if dense is not t:
+                    t.copy_(dense)
+        return self._call("all_reduce", src, src, "sum", opts, [t], None if root else deliver)
 
     def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> dist.Work:
         if not self._planned(inp.device) or not self._plannable([output, inp]):
             return self.inner(inp.device)._allgather_base(output, inp, opts or dist.AllgatherOptions())
-        return self._run("all_gather", inp, output, "sum")
+        return self._call("all_gather", inp, output, "sum", opts, [output])
 
     _allgather_base = all_gather_single
 
@@ -279,7 +288,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         if not self._planned(inp.device) or not self._plannable([output, inp], opts.reduceOp):
             return self.inner(inp.device)._reduce_scatter_base(output, inp, opts)
         src, name = self._scaled(inp, opts.reduceOp)
-        return self._run("reduce_scatter", src, output, name)
+        return self._call("reduce_scatter", src, output, name, opts, [output])
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -292,8 +301,7 @@ class HoccProcessGroup(dist.ProcessGroup):
                 or any(o.numel() != inp.numel() for o in outs)):
             return self.inner(inp.device).allgather(output_lists, inputs, opts or dist.AllgatherOptions())
         flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype, device=inp.device)
-        work = self._submit("all_gather", inp, flat, "sum")
-        return _FutureWork(work.then(lambda: copy_out(flat, outs), list(outs)).get_future())
+        return self._call("all_gather", inp, flat, "sum", opts, list(outs), lambda: copy_out(flat, outs))
 
     def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
@@ -357,13 +365,19 @@ def _as_integers(t: torch.Tensor) -> torch.Tensor | None:
 class _FutureWork(dist.Work):
     """A c10d Work over a torch future whose wait() raises the call's error
     (torch's _create_work_from_future returns True from wait() even when the
-    future failed, which would leave a failed collective's output silently wrong)."""
+    future failed, which would leave a failed collective's output silently wrong).
+    wait() first runs the call on the waiting thread if hocc's worker has not begun
+    it (torch calls every backend async, and a sync dist.all_reduce waits at once:
+    the hand-off to the worker and back cost a 4-byte call about 120 us)."""
 
-    def __init__(self, fut: torch.futures.Future[Any]) -> None:
+    def __init__(self, fut: torch.futures.Future[Any], work: Work | None = None) -> None:
         super().__init__()
         self._fut = fut
+        self._work = work
 
     def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._work is not None:
+            self._work.run_if_next()
         self._fut.wait()
         return True
 

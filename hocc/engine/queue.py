@@ -50,8 +50,15 @@ class Ticket:
             return True
         return False
 
+    def run_if_next(self) -> None:
+        """Run the item on this thread if it is next and the worker has not begun it: a caller that waits
+        at once (a sync call made through an async API) pays no hand-off to the worker and back."""
+        if self._exc is None and self.n >= 0:
+            self._queue.cpp.run_queued_here(self.n)
+
     def _wait(self, timeout: float | None) -> None:
         if self._exc is None:
+            self.run_if_next()
             state = self._queue.cpp.wait(self.n, -1.0 if timeout is None else timeout)
             if state == _TIMED_OUT:
                 raise TimeoutError(f"hocc: the call did not end within {timeout} s")

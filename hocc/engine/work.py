@@ -57,6 +57,13 @@ class Work:
             torch.cuda.current_stream().wait_event(done)
         return True
 
+    def run_if_next(self) -> None:
+        """Run the call on this thread if the worker has not begun it and it is next (Ticket.run_if_next):
+        for a waiter that is about to block on it anyway."""
+        run = getattr(self._fut, "run_if_next", None)  # a queued call's Ticket (then()'s Future has none)
+        if run is not None:
+            run()
+
     def is_completed(self) -> bool:
         if not self._fut.done():
             return False
