@@ -1,7 +1,8 @@
 """Per-call cost of a tiny collective: a 4-byte all_reduce through hocc
-(`auto`, and `native` through hocc) against the backend's own call, sync and
-async, on local CPU ranks (gloo). Interleaved in rounds; medians of each
-rank's per-call times, the slowest rank reported.
+(`auto`, `native` through hocc, and torch's dist.all_reduce on a "hocc"
+backend group) against the backend's own call, sync and async, on local CPU
+ranks (gloo). Interleaved in rounds; medians of each rank's per-call times, the
+slowest rank reported.
 
     .venv/bin/python bench/call_overhead.py --nprocs 2 --calls 2000
     OMP_NUM_THREADS=1 .venv/bin/python bench/call_overhead.py --nprocs 8
@@ -29,16 +30,19 @@ import hocc
 from hocc.bench.launch import free_port
 from hocc.bench.runner import slowest
 
-WAYS = ("gloo", "hocc-native", "hocc-auto")
+WAYS = ("gloo", "hocc-native", "hocc-auto", "hocc-backend")  # hocc-backend: torch's dist.all_reduce on a "hocc" group
 # --record-ab: the same hocc calls on a copy of the world whose engine has the flight recorder off
 NO_RECORD = ("hocc-native/no-record", "hocc-auto/no-record")
 _no_record_group: Any = None
 _record_group: Any = None  # None: the world
+_backend_group: Any = None  # a "hocc" backend group over the world
 
 
 def _call(way: str, t: torch.Tensor, async_op: bool) -> object:
     if way == "gloo":
         return dist.all_reduce(t, async_op=async_op)
+    if way == "hocc-backend":
+        return dist.all_reduce(t, async_op=async_op, group=_backend_group)
     group = _no_record_group if "/no-record" in way else _record_group
     algo = "native" if way.startswith("hocc-native") else "auto"
     return hocc.all_reduce(t, async_op=async_op, algo=algo, group=group)
@@ -60,11 +64,12 @@ def _measure(way: str, async_op: bool, calls: int, t: torch.Tensor) -> float:
 
 def _rank(rank: int, world: int, port: int, calls: int, rounds: int, out: str, nbytes: int, record_ab: bool,
           swap: bool) -> None:
-    global _no_record_group, _record_group
+    global _no_record_group, _record_group, _backend_group
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # set already under a launcher (bench/cluster.py --script)
     os.environ.setdefault("MASTER_PORT", str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     t = torch.ones(max(nbytes // 4, 1))
+    _backend_group = dist.new_group(backend="hocc")
     ways = WAYS + (NO_RECORD if record_ab else ())
     if record_ab:  # the copy's engine is made with the recorder off, the world's with it on (--swap: the reverse)
         copy = dist.new_group(list(range(world)))
