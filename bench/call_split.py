@@ -39,14 +39,23 @@ def _rank(rank: int, world: int, port: int, calls: int, rounds: int) -> None:
             fn()  # type: ignore[operator]
         return (time.perf_counter() - start) / calls * 1e6
 
-    full, cpp = [], []
+    seq = iter(range(10**9, 2 * 10**9))  # the checked runs' call numbers, alike on every rank
+
+    def checked() -> None:  # as the call makes it: with its CallId, which the communicators compare
+        n = next(seq)
+        eng._queue.run_here(eng.executor, entry.cpp, t, t, "float32", "sum", (n, entry.hash, 1, "all_reduce",
+                                                                               entry.algo), n)
+
+    full, cpp, check = [], [], []
     for _ in range(rounds):
         full.append(loop(lambda: hocc.all_reduce(t)))
         cpp.append(loop(lambda: eng._queue.run_here(eng.executor, entry.cpp, t, t, "float32", "sum", None, 0)))
+        check.append(loop(checked))
     if rank == 0:
         print(f"# {world} ranks, {entry.plan.summary()}")
-        print("hocc.all_reduce  " + " ".join(f"{x:.1f}" for x in full) + " us/call")
-        print("C++ run alone    " + " ".join(f"{x:.1f}" for x in cpp) + " us/call")
+        print("hocc.all_reduce        " + " ".join(f"{x:.1f}" for x in full) + " us/call")
+        print("C++ run alone          " + " ".join(f"{x:.1f}" for x in cpp) + " us/call")
+        print("C++ run, call checked  " + " ".join(f"{x:.1f}" for x in check) + " us/call")
     dist.destroy_process_group()
 
 

@@ -40,6 +40,8 @@ def resolve_group(group: dist.ProcessGroup | None, fn: str) -> dist.ProcessGroup
 
 
 def check_algo(algo: str, fn: str) -> str:
+    if algo == "auto":  # the default: always a choice
+        return algo
     if algo not in algo_choices():
         raise HoccError(f"hocc.{fn}: unknown algo {algo!r}; use one of {', '.join(algo_choices())}")
     return algo
@@ -64,7 +66,7 @@ def check_tensor(t: object, what: str, fn: str) -> torch.Tensor:
                         "(and copy the result back if you need it in the original tensor)")
     if t.is_sparse:
         raise HoccError(f"hocc.{fn}: {what} is sparse; hocc takes dense tensors")
-    if t.device.type not in ("cpu", "cuda"):
+    if not (t.is_cpu or t.is_cuda):
         raise HoccError(f"hocc.{fn}: {what} is on {t.device}; hocc runs on cpu (gloo) and cuda (nccl) tensors")
     return t
 

@@ -61,6 +61,7 @@ class Engine:
     def __init__(self, info: GroupInfo, device: torch.device, cfg: Config) -> None:
         self.info = info
         self.device = device
+        self._cpu = device.type == "cpu"
         self.cfg = cfg  # what the engine settings were read from (a later config with the same ones, once seen)
         self.rank = info.rank
         self.size = info.size
@@ -223,18 +224,19 @@ class Engine:
         cfg = get_config()
         if self.failed is not None:
             raise self._failed_earlier(collective)
-        self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
+        if self.closed is not None:  # before any byte moves: a closed engine takes no new call
+            raise self._unusable(collective)
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         dtype = dtype_name(inp.dtype)
-        entry, trial = self._ready_or_compiled(collective, count, inp.element_size(), algo or cfg.algo, cfg, dtype)
+        elem_size = inp.element_size()
+        entry, trial = self._ready_or_compiled(collective, count, elem_size, algo or cfg.algo, cfg, dtype)
         self._last = entry
         call = Call(self._seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
         self._seq += 1
-        if self.device.type == "cpu":
+        if self._cpu:
             note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
-            self.recorder.made(call.seq, call.collective, call.count, call.dtype, inp.element_size(), reduce_op,
-                               entry, time.time_ns())
+            self.recorder.made(call.seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
         if self._plain(entry, trial, cfg):
             return self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, async_op)
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
@@ -243,8 +245,7 @@ class Engine:
     def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
         """Whether a call is the executor's run alone, with no Python around it:
         a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace."""
-        return (self.device.type == "cpu" and trial is None and entry.setup.done and cfg.check != "all"
-                and not self.cfg.trace)
+        return self._cpu and trial is None and entry.setup.done and cfg.check != "all" and not self.cfg.trace
 
     def _run_plain(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, dtype: str, reduce_op: str,
                    call: Call, cfg: Config, async_op: bool) -> Work | None:

@@ -42,7 +42,8 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
     ran: no collective)."""
     cfg = cfg or get_config()
     eng = _engines.get((id(group), device.type))  # the common case first: one read, no lock (a dict read is atomic)
-    if eng is not None and eng.group is group and not (refresh and eng.stale(cfg)) and eng.closed is None:
+    if eng is not None and eng.closed is None and eng.group is group and (eng.cfg is cfg or not (refresh and
+                                                                                                eng.stale(cfg))):
         return eng
     own = getattr(group, "hocc_engine", None)
     if own is not None:  # a group of the hocc backend keeps its own engines

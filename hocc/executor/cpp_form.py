@@ -15,6 +15,12 @@ def to_cpp(plan: Plan) -> Any:
     return load().Plan(plan.to_json(indent=None))
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(t: Any) -> str:
-    """'float32', 'bfloat16', ... as the executor names a torch dtype."""
-    return str(t).removeprefix("torch.")
+    """'float32', 'bfloat16', ... as the executor names a torch dtype (kept: every call asks)."""
+    name = _DTYPE_NAMES.get(t)
+    if name is None:
+        name = _DTYPE_NAMES[t] = str(t).removeprefix("torch.")
+    return name
