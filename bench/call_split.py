@@ -5,6 +5,7 @@ Rank 0 prints microseconds per call for each, per round.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/call_split.py --nprocs 2
     OMP_NUM_THREADS=1 HOCC_TOPOLOGY=2x4 .venv/bin/python bench/call_split.py --nprocs 8
+    OMP_NUM_THREADS=1 .venv/bin/python bench/cluster.py 2x4 --script bench/call_split.py   # emulated hosts
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from hocc.bench.launch import free_port, start_local_ranks
 
 
 def _rank(rank: int, world: int, port: int, calls: int, rounds: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # set already under a launcher (bench/cluster.py --script)
+    os.environ.setdefault("MASTER_PORT", str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from hocc.engine.group_engines import get_engine
 
@@ -65,6 +67,9 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # one rank of a launcher's (torchrun, bench/cluster.py)
+        _rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, a.calls, a.rounds)
+        return
     start_local_ranks(_rank, (a.nprocs, free_port(), a.calls, a.rounds), a.nprocs)
 
 
