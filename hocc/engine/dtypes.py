@@ -11,16 +11,14 @@ from hocc.executor import load
 DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in load().DTYPES)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
-OP_NAMES = {
-    dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MIN: "min",
-    dist.ReduceOp.MAX: "max", dist.ReduceOp.PRODUCT: "product",
-}
+# what the executor reduces with (hocc._C.OPS: csrc/core/types.h), by torch's ReduceOp of the same name
+OP_NAMES = {getattr(dist.ReduceOp, name.upper()): name for name in load().OPS}
 
 
 def op_name(op: object) -> str:
     """'sum', 'avg', ... for a ReduceOp (or its RedOpType), else ValueError."""
     try:
-        name = OP_NAMES.get(op)  # type: ignore[call-overload]  # a RedOpType member: one lookup
+        name = OP_NAMES.get(op)  # a RedOpType member: one lookup
     except TypeError:  # an unhashable ReduceOp object: compared below
         name = None
     if name is not None:

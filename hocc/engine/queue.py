@@ -58,7 +58,8 @@ class Ticket:
 
     def _wait(self, timeout: float | None) -> None:
         if self._exc is None:
-            self.run_if_next()
+            if timeout is None:  # a wait with a bound returns at it: it never takes the call on itself
+                self.run_if_next()
             state = self._queue.cpp.wait(self.n, -1.0 if timeout is None else timeout)
             if state == _TIMED_OUT:
                 raise TimeoutError(f"hocc: the call did not end within {timeout} s")
