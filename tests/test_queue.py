@@ -145,6 +145,30 @@ def test_the_watchdog_ends_a_queued_run() -> None:
     run_world(3, _watchdog_body, env=hocc_env("3", "net"), timeout_s=60)
 
 
+def _hook_body(rank: int, world: int) -> None:
+    hocc.configure(algo="ring")
+    x = torch.full((100,), float(rank))
+    hocc.all_reduce(x)
+    seen: list[int] = []
+    _engine().inject_fault(0, "call", lambda: seen.append(rank))  # called mid-call, then the call goes on
+    x = torch.full((100,), float(rank))
+    hocc.all_reduce(x)
+    assert seen == [rank] and torch.all(x == sum(range(world))), (seen, x)
+    with pytest.raises(RuntimeError, match="a 'call' fault takes a hook"):
+        _engine().inject_fault(0, "call")
+    with pytest.raises(RuntimeError, match="unknown fault"):
+        _engine().inject_fault(0, "run:true")  # no shell commands: the library runs none
+    if rank == 1:  # a hook that raises: this rank's step fails with its error, every rank raises
+        _engine().inject_fault(0, "call", lambda: 1 / 0)
+    with pytest.raises(hocc.CollectiveError) as failed:
+        hocc.all_reduce(torch.ones(100))
+    assert rank != 1 or "hook raised" in str(failed.value), failed.value
+
+
+def test_a_fault_hook_runs_mid_call() -> None:
+    run_world(2, _hook_body, env=hocc_env("2", "net"), timeout_s=60)
+
+
 def _abort_body(rank: int, world: int) -> None:
     hocc.all_reduce(torch.ones(1000))
     dist.barrier()

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -66,8 +67,9 @@ class Executor {
   // For fault tests: in the next run, on reaching a step of `stage`, this rank
   // fails as `action` says: "raise" (an error here), "kill" (SIGKILL itself),
   // "stop" (SIGSTOP itself), "exit" (exits at once, as a crashing process) or
-  // "run:<command>" (runs a shell command, e.g. to cut a link, then goes on)
-  void inject_fault(int stage, const std::string& action);
+  // "call" (calls `hook`, e.g. a test's cut of this host's link, then goes on;
+  // what it throws is the step's failure). No shell: the library runs no command.
+  void inject_fault(int stage, const std::string& action, std::function<void()> hook = nullptr);
   void set_trace(bool on) { trace_ = on; }
   // bytes of work buffer held between calls (keep_or_release_work says how many)
   size_t held_bytes() const { return work_.size(); }
@@ -107,6 +109,7 @@ class Executor {
   // armed by inject_fault between runs; read by every lane thread of a run, disarmed by the one that fires it
   std::atomic<int> fault_stage_{-1};
   std::string fault_action_;
+  std::function<void()> fault_hook_;
   std::vector<StepTiming> timings_;
   size_t keep_ = 0;
   mutable std::mutex rec_mu_;

@@ -311,8 +311,32 @@ PYBIND11_MODULE(_C, m) {
            py::arg("op"), py::arg("stream") = 0, py::arg("call") = py::none(), py::arg("seq") = -1)
       .def("set_trace", &Executor::set_trace)
       .def_property_readonly("held_bytes", &Executor::held_bytes, "bytes of work buffer held between calls")
-      .def("inject_fault", &Executor::inject_fault, py::arg("stage"), py::arg("action"),
-           "for fault tests: fail in the next run on reaching `stage` (raise, kill, stop or exit)")
+      .def("inject_fault", [](Executor& e, int stage, const std::string& action, py::object hook) {
+        std::function<void()> fn;
+        if (!hook.is_none()) {
+          // held by a shared_ptr that lets go of it under the GIL, so copies of fn need no GIL
+          std::shared_ptr<py::object> held(new py::object(std::move(hook)), [](py::object* o) {
+#if PY_VERSION_HEX >= 0x030D0000
+            const bool ending = Py_IsFinalizing();
+#else
+            const bool ending = _Py_IsFinalizing();
+#endif
+            if (!Py_IsInitialized() || ending) return;  // an executor freed at the interpreter's end: left to it
+            py::gil_scoped_acquire gil;
+            delete o;
+          });
+          fn = [held] {  // on a lane thread, without the GIL (runs release it)
+            py::gil_scoped_acquire gil;
+            try {
+              (*held)();
+            } catch (py::error_already_set& x) {
+              throw Error(std::string("hocc: the injected fault's hook raised: ") + x.what());
+            }
+          };
+        }
+        e.inject_fault(stage, action, std::move(fn));
+      }, py::arg("stage"), py::arg("action"), py::arg("hook") = py::none(),
+           "for fault tests: fail in the next run on reaching `stage` (raise, kill, stop or exit), or call `hook`")
       .def("take_timings", [](Executor& e) {
         std::vector<std::tuple<int, int, std::string, double>> out;
         for (const auto& x : e.take_timings()) out.emplace_back(x.stage, x.chunk, op_name(x.op), x.seconds);

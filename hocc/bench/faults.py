@@ -98,8 +98,11 @@ def rank_main(a: argparse.Namespace) -> None:
     plan = get_engine(world, torch.device("cpu")).last_plan
     carriers = sorted(set(plan.meta.get("transports", {}).values())) if plan is not None else []
     if rank == a.victim:
-        action = f"run:ip link set dev {LINK} down" if a.fault == "cut" else a.fault
-        get_engine(world, torch.device("cpu")).inject_fault(a.stage, action)
+        def cut() -> None:  # this host's link down, mid-call; the step then goes on over a dead link
+            subprocess.run(["ip", "link", "set", "dev", LINK, "down"], check=True)
+
+        action, hook = ("call", cut) if a.fault == "cut" else (a.fault, None)
+        get_engine(world, torch.device("cpu")).inject_fault(a.stage, action, hook)
     y = x.clone()
     t0 = time.monotonic()
     err: BaseException | None = None

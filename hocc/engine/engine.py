@@ -381,12 +381,13 @@ class Engine:
             self._check_pg = dist.ProcessGroupGloo(store, self.rank, self.size, self.info.timeout)
         return self._check_pg
 
-    def inject_fault(self, stage: int, action: str) -> None:
+    def inject_fault(self, stage: int, action: str, hook: Callable[[], None] | None = None) -> None:
         """For fault tests: this rank fails in its next call on reaching `stage`
-        ('raise', 'kill', 'stop' or 'exit'; see Executor::inject_fault)."""
+        ('raise', 'kill', 'stop' or 'exit'), or calls `hook` there ('call': e.g. a
+        test cutting this host's link mid-call); see Executor::inject_fault."""
         if self.executor is None:
             raise RuntimeError("hocc: this engine was closed: no executor to inject a fault into")
-        self.executor.inject_fault(stage, action)
+        self.executor.inject_fault(stage, action, hook)
 
     def _log_trace(self, plan: Plan) -> None:
         """Per-stage seconds of the plan just run (HOCC_TRACE=1), summed over chunks."""
