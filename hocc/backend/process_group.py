@@ -270,7 +270,7 @@ class HoccProcessGroup(dist.ProcessGroup):
         src = bits.clone() if root else torch.zeros_like(bits)
 
         def deliver() -> None:
-            with torch.inference_mode():  # on hocc's worker thread, as copy_out
+            with torch.inference_mode():  # as copy_out: maybe on hocc's worker, without the caller's modes
                 bits.copy_(src)
                 if dense is not t:
                     t.copy_(dense)
@@ -367,8 +367,8 @@ class _FutureWork(dist.Work):
     (torch's _create_work_from_future returns True from wait() even when the
     future failed, which would leave a failed collective's output silently wrong).
     wait() first runs the call on the waiting thread if hocc's worker has not begun
-    it (torch calls every backend async, and a sync dist.all_reduce waits at once:
-    the hand-off to the worker and back cost a 4-byte call about 120 us)."""
+    it and it is next (an async call waited on at once then pays no hand-off to the
+    worker and back; torch's sync calls run on the caller's thread already, _call)."""
 
     def __init__(self, fut: torch.futures.Future[Any], work: Work | None = None) -> None:
         super().__init__()
