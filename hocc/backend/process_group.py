@@ -53,6 +53,9 @@ def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
     return None
 
 
+_DTYPE_SET = frozenset(DTYPES)
+
+
 class HoccProcessGroup(dist.ProcessGroup):
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
                  global_ranks: list[int] | None, name: str) -> None:
@@ -219,7 +222,7 @@ class HoccProcessGroup(dist.ProcessGroup):
             op_name(op)
         except ValueError:
             return False
-        return all(t.dtype in DTYPES and t.is_contiguous() for t in tensors)
+        return all(t.dtype in _DTYPE_SET and t.is_contiguous() for t in tensors)
 
     @staticmethod
     def _scaled(t: torch.Tensor, op: object) -> tuple[torch.Tensor, str]:

@@ -17,9 +17,9 @@ OP_NAMES = {getattr(dist.ReduceOp, name.upper()): name for name in load().OPS}
 
 def op_name(op: object) -> str:
     """'sum', 'avg', ... for a ReduceOp (or its RedOpType), else ValueError."""
-    try:
-        name = OP_NAMES.get(op)  # a RedOpType member: one lookup
-    except TypeError:  # an unhashable ReduceOp object: compared below
+    try:  # a ReduceOp object holding a RedOpType (a backend's opts.reduceOp: comparing it costs 1 us), or one
+        name = OP_NAMES.get(op.op if type(op) is dist.ReduceOp else op)  # type: ignore[attr-defined]
+    except TypeError:  # unhashable: compared below
         name = None
     if name is not None:
         return name
