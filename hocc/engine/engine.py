@@ -436,8 +436,10 @@ class Engine:
         closed or aborted engine, and keeps teardown from freeing the
         communicators under a run still in flight."""
         with self._lock:
-            if not (self.closed == "closed" and self._queue.on_worker):
-                self.check_usable(what)  # a closing engine's worker still runs the calls queued before
+            # a closing engine still runs the calls made before, on its worker or on a waiter that took its own
+            # (CallQueue::run_queued_here: refused once the queue stops, so never after the release)
+            if self.closed != "closed":
+                self.check_usable(what)
             self._busy += 1
         try:
             yield
