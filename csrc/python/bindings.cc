@@ -314,17 +314,7 @@ PYBIND11_MODULE(_C, m) {
       .def("inject_fault", [](Executor& e, int stage, const std::string& action, py::object hook) {
         std::function<void()> fn;
         if (!hook.is_none()) {
-          // held by a shared_ptr that lets go of it under the GIL, so copies of fn need no GIL
-          std::shared_ptr<py::object> held(new py::object(std::move(hook)), [](py::object* o) {
-#if PY_VERSION_HEX >= 0x030D0000
-            const bool ending = Py_IsFinalizing();
-#else
-            const bool ending = _Py_IsFinalizing();
-#endif
-            if (!Py_IsInitialized() || ending) return;  // an executor freed at the interpreter's end: left to it
-            py::gil_scoped_acquire gil;
-            delete o;
-          });
+          std::shared_ptr<py::object> held = held_object(std::move(hook));  // copies of fn need no GIL
           fn = [held] {  // on a lane thread, without the GIL (runs release it)
             py::gil_scoped_acquire gil;
             try {

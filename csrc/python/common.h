@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -26,6 +27,12 @@ inline std::optional<hocc::CallId> call_id(const std::optional<CallTuple>& call,
 }
 
 void bind_call_queue(pybind11::module_& m);  // queue_bindings.cc
+
+// Whether the interpreter is ending (then no thread may take the GIL: it would be ended there). queue_bindings.cc
+bool python_ending();
+// A Python object C++ can copy around without the GIL: the last copy lets go of it under the GIL (and not at
+// all once Python is ending). queue_bindings.cc
+std::shared_ptr<pybind11::object> held_object(pybind11::object o);
 
 // A failure as the Python exception hocc raises from it: HoccNativeError or HoccMismatchError with the
 // fields of hocc::Error (stage, chunk, step, ranks, cause; stage -1 outside any step). Holds the GIL.

@@ -32,9 +32,11 @@ namespace {
 // after a ticket someone watch()ed.
 // At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit): then the
 // queue's Python callbacks and frees are skipped. hocc/executor/lifecycle.py has drained and closed
-// every queue before that, in its exit hooks, and its last hook sets this (Python's public
+// every queue before that, in its exit hooks, and its last hook sets python_ended (Python's public
 // Py_IsFinalizing is 3.13's; before it only a private function says so).
 std::atomic<bool> python_ended{false};
+
+}  // namespace
 
 bool python_ending() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -42,6 +44,20 @@ bool python_ending() {
 #endif
   return python_ended.load(std::memory_order_acquire);
 }
+
+std::shared_ptr<py::object> held_object(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* held) {
+    if (!*held) {  // let go of under the GIL already (e.g. a queue item that ran)
+      delete held;
+      return;
+    }
+    if (python_ending()) return;  // freed at the interpreter's end: left to it
+    py::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
+namespace {
 
 // fn() without the GIL. Not pybind's RAII gil_scoped_release: a thread that takes the GIL back
 // while Python is ending is ended there (pthread_exit), and that unwind must not start in a
@@ -167,15 +183,7 @@ class PyCallQueue {
 
   uint64_t push_python(py::function fn) {
     // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
-    std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
-      if (!*o) {  // let go of under the GIL already (a job that ran)
-        delete o;
-        return;
-      }
-      if (python_ending()) return;  // a dropped job at the interpreter's end: left to it
-      py::gil_scoped_acquire gil;
-      delete o;
-    });
+    std::shared_ptr<py::object> held = held_object(std::move(fn));
     return q_->push([held](uint64_t) {
       if (python_ending()) return;
       py::gil_scoped_acquire gil;

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "transport/ring.h"
 

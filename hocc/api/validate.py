@@ -9,9 +9,7 @@ import torch
 import torch.distributed as dist
 
 from hocc.config import algo_choices
-from hocc.engine.dtypes import DTYPES, op_name
-
-_DTYPE_SET = frozenset(DTYPES)  # a set's lookup: a tuple's compares up to every dtype, every call
+from hocc.engine.dtypes import DTYPE_SET, DTYPES, op_name
 
 
 class HoccError(ValueError):
@@ -58,7 +56,7 @@ def check_op(op: object, fn: str) -> str:
 def check_tensor(t: object, what: str, fn: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise HoccError(f"hocc.{fn}: {what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _DTYPE_SET:
+    if t.dtype not in DTYPE_SET:
         names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
         raise HoccError(f"hocc.{fn}: {what} has dtype {t.dtype}, which hocc does not support; use one of {names}")
     if not t.is_contiguous():

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from hocc.api.record import stats
 from hocc.backend.barrier import BarrierLog, BarrierWork, barrier_error
 from hocc.config import get_config
-from hocc.engine.dtypes import DTYPES, op_name, premul_factor
+from hocc.engine.dtypes import DTYPE_SET, op_name, premul_factor
 from hocc.engine.engine import Engine
 from hocc.engine.errors import CollectiveError
 from hocc.engine.group import GroupInfo, new_backend
@@ -51,9 +51,6 @@ def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
         if isinstance(x, (list, tuple)):
             stack = list(x) + stack
     return None
-
-
-_DTYPE_SET = frozenset(DTYPES)
 
 
 class HoccProcessGroup(dist.ProcessGroup):
@@ -217,12 +214,12 @@ class HoccProcessGroup(dist.ProcessGroup):
         """What hocc plans; anything else (other ops, dtypes, layouts) the inner backend runs.
         PREMUL_SUM is planned as SUM over a scaled copy (_scaled)."""
         if premul_factor(op) is not None:
-            return all(t.dtype in DTYPES and t.is_contiguous() and t.is_floating_point() for t in tensors)
+            return all(t.dtype in DTYPE_SET and t.is_contiguous() and t.is_floating_point() for t in tensors)
         try:
             op_name(op)
         except ValueError:
             return False
-        return all(t.dtype in _DTYPE_SET and t.is_contiguous() for t in tensors)
+        return all(t.dtype in DTYPE_SET and t.is_contiguous() for t in tensors)
 
     @staticmethod
     def _scaled(t: torch.Tensor, op: object) -> tuple[torch.Tensor, str]:

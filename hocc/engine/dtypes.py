@@ -9,6 +9,7 @@ from hocc.executor import load
 
 # what the executor reduces and moves (csrc/core/types.h), by its names
 DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in load().DTYPES)
+DTYPE_SET = frozenset(DTYPES)  # what a call's check looks up: a tuple's `in` compares up to every dtype
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # what the executor reduces with (hocc._C.OPS: csrc/core/types.h), by torch's ReduceOp of the same name

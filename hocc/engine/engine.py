@@ -224,8 +224,7 @@ class Engine:
         cfg = get_config()
         if self.failed is not None:
             raise self._failed_earlier(collective)
-        if self.closed is not None:  # before any byte moves: a closed engine takes no new call
-            raise self._unusable(collective)
+        self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
         count = out.numel() if collective == "reduce_scatter" else inp.numel()
         dtype = dtype_name(inp.dtype)
         elem_size = inp.element_size()

@@ -41,20 +41,15 @@ def get_engine(group: dist.ProcessGroup, device: torch.device, cfg: Config | Non
     as a call is; refresh=False keeps a stale engine (asking what its last call
     ran: no collective)."""
     cfg = cfg or get_config()
-    eng = _engines.get((id(group), device.type))  # the common case first: one read, no lock (a dict read is atomic)
-    if eng is not None and eng.closed is None and eng.group is group and (eng.cfg is cfg or not (refresh and
-                                                                                                eng.stale(cfg))):
-        return eng
-    own = getattr(group, "hocc_engine", None)
-    if own is not None:  # a group of the hocc backend keeps its own engines
-        return own(device, refresh)
     key = (id(group), device.type)
-    with _engines_lock:
-        eng = _engines.get(key)
+    eng = _engines.get(key)  # first, no lock (a dict read is atomic): every call asks, for the same group mostly
     if eng is not None and eng.group is group:
         if not (refresh and eng.stale(cfg)):
             return eng
         _release([key], None)  # stale: its calls end under the settings they were made with, then it goes
+    own = getattr(group, "hocc_engine", None)
+    if own is not None:  # a group of the hocc backend keeps its own engines (never in _engines)
+        return own(device, refresh)
     release_destroyed()  # a new engine: first drop those of groups torch has ended
     eng = Engine(GroupInfo.of(group, device), device, cfg)
     eng.group = group
