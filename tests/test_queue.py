@@ -28,9 +28,9 @@ def _engine() -> Any:
     return e
 
 
-def _count_pushes(engine: Any) -> dict[str, int]:
+def _count_pushes(engine: Any, ways: tuple[str, ...] = ("push_run", "push_python")) -> dict[str, int]:
     """How many calls took each way onto the queue (the real methods still run)."""
-    counts = {"push_run": 0, "push_python": 0}
+    counts = dict.fromkeys(ways, 0)
     for name in counts:
         real = getattr(engine._queue, name)
 
@@ -167,6 +167,53 @@ def _hook_body(rank: int, world: int) -> None:
 
 def test_a_fault_hook_runs_mid_call() -> None:
     run_world(2, _hook_body, env=hocc_env("2", "net"), timeout_s=60)
+
+
+def _prepared_body(rank: int, world: int) -> None:
+    hocc.configure(algo="ring")
+    hocc.all_reduce(torch.ones(1))  # makes the engine
+    eng = _engine()
+    here = _count_pushes(eng, ("push_run", "push_python", "run_here"))
+    calls = {  # a call on fresh tensors each time, and what it must give
+        "all_reduce": lambda i: _check(lambda x: hocc.all_reduce(x), torch.full((7,), float(rank + i)),
+                                       torch.full((7,), float(sum(range(world)) + world * i))),
+        "all_gather": lambda i: _check(lambda x: hocc.all_gather_into_tensor(x, torch.full((3,), float(rank + i))),
+                                       torch.zeros(3 * world),
+                                       torch.arange(world).float().add(i).repeat_interleave(3)),
+        "reduce_scatter": lambda i: _check(lambda x: hocc.reduce_scatter_tensor(x, torch.full((2 * world,),
+                                                                                              float(rank + i))),
+                                           torch.zeros(2), torch.full((2,), float(sum(range(world)) + world * i))),
+    }
+    for name, call in calls.items():
+        call(0), call(1)  # the first sets its communicators up; the second runs plain, then is prepared
+        assert any(k[0] == name for k in eng._prepared), eng._prepared
+        before = dict(here)
+        for i in range(2, 5):  # new buffers and values each time: the prepared run takes them
+            call(i)
+        assert here == before, f"a prepared {name} went through the engine's queue wrapper: {here} vs {before}"
+    seqs = [c[0] for c in eng.recorder.calls]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs  # prepared calls are recorded, in order
+    x = torch.full((7,), float(rank))
+    if rank == 1:
+        eng.inject_fault(0, "raise")
+    with pytest.raises(hocc.CollectiveError) as failed:
+        hocc.all_reduce(x)
+    assert torch.all(x == rank), "a failed prepared call wrote its tensor"
+    assert "all_reduce of 7 float32" in str(failed.value), failed.value
+    assert not eng._prepared  # a failed group keeps nothing to run
+    with pytest.raises(hocc.CollectiveError, match="failed earlier"):
+        hocc.all_reduce(x)
+
+
+def _check(call: Any, out: torch.Tensor, want: torch.Tensor) -> None:
+    call(out)
+    assert torch.equal(out, want), (out, want)
+
+
+def test_a_repeated_call_is_prepared() -> None:
+    """A sync call of a shape that ran plain before is one crossing into C++ (Engine._prepared): right on
+    new buffers every time, recorded, and failing as any call does."""
+    run_world(2, _prepared_body, env=hocc_env("2", "net"), timeout_s=60)
 
 
 def _abort_body(rank: int, world: int) -> None:

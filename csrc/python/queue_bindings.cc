@@ -102,6 +102,14 @@ class PlanRun {
       : ex_(&e), plan_(&plan), input_(input), output_(output), dtype_(parse_dtype(dtype)), op_(parse_op(op)),
         average_(op == "avg"), id_(call_id(call, dtype, op)), seq_(seq) {}
 
+  // this run again on other buffers, as call `seq` (its call id renumbered alike)
+  PlanRun with(uintptr_t input, uintptr_t output, int64_t seq) const {
+    PlanRun r = *this;
+    r.input_ = input, r.output_ = output, r.seq_ = seq;
+    if (r.id_) r.id_->seq = uint64_t(seq);
+    return r;
+  }
+
   Failure operator()(std::atomic<bool>& failed) const {
     if (failed.load(std::memory_order_acquire))  // the engine answers
       return {std::make_exception_ptr(Error("the group failed earlier"))};
@@ -168,7 +176,9 @@ class PyCallQueue {
   // queue is busy (nothing done: push_run it).
   bool run_here(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
                 const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
-    PlanRun run(e, plan, input, output, dtype, op, call, seq);
+    return run_plan_here(PlanRun(e, plan, input, output, dtype, op, call, seq));
+  }
+  bool run_plan_here(const PlanRun& run) {
     Failure f;
     const bool ran = without_gil([&] { return q_->run_here([&](uint64_t) { f = run(failed_); }); });
     if (f.error) std::rethrow_exception(f.error);
@@ -228,6 +238,25 @@ class PyCallQueue {
   std::unique_ptr<CallQueue> q_;  // last: its worker stops before the callbacks go
 };
 
+// A call shape made once (executor, plan, dtype, op, call check) for calls that repeat it: each run is
+// one crossing into C++ with the buffers and the call number (the engine's prepared calls). Holds its
+// queue, executor and plan alive.
+class PreparedRun {
+ public:
+  PreparedRun(py::object queue, py::object executor, py::object plan, const std::string& dtype,
+              const std::string& op, const std::optional<CallTuple>& call)
+      : proto_(executor.cast<Executor&>(), plan.cast<const Plan&>(), 0, 0, dtype, op, call, 0),
+        queue_(std::move(queue)), executor_(std::move(executor)), plan_(std::move(plan)),
+        q_(&queue_.cast<PyCallQueue&>()) {}
+
+  bool run_here(uintptr_t input, uintptr_t output, int64_t seq) { return q_->run_plan_here(proto_.with(input, output, seq)); }
+
+ private:
+  PlanRun proto_;
+  py::object queue_, executor_, plan_;
+  PyCallQueue* q_;
+};
+
 }  // namespace
 
 void bind_call_queue(py::module_& m) {
@@ -260,5 +289,11 @@ void bind_call_queue(py::module_& m) {
       .def("cancel", [](PyCallQueue& q, const std::string& why) { return q.q().cancel(why); }, py::arg("why"),
            "drop what is not begun (tickets from the one returned on); the worker stops after its item")
       .def("join", &PyCallQueue::join);
+  py::class_<PreparedRun>(m, "PreparedRun", "one call shape's plan run, made once: run_here(input, output, seq)")
+      .def(py::init<py::object, py::object, py::object, const std::string&, const std::string&,
+                    const std::optional<CallTuple>&>(),
+           py::arg("queue"), py::arg("executor"), py::arg("plan"), py::arg("dtype"), py::arg("op"), py::arg("call"))
+      .def("run_here", &PreparedRun::run_here, py::arg("input"), py::arg("output"), py::arg("seq"),
+           "CallQueue.run_here of this plan on these buffers as call `seq` (the call check's number too)");
 
 }

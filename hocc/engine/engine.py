@@ -80,6 +80,10 @@ class Engine:
         # skips planning and auto's lookup (half the engine's Python per call)
         self._ready: dict[tuple[str, int, int, str, str], Compiled] = {}
         self._ready_cfg: Config | None = None
+        # a sync CPU call of a ready shape that ran as the executor's run alone, made once into C++
+        # (_C.PreparedRun): its next call is this lookup and one crossing, keyed on what the caller
+        # passes (collective, input and output sizes, torch dtype, op, algo), under `_ready_cfg` too
+        self._prepared: dict[tuple[Any, ...], tuple[Any, Compiled, str, int]] = {}
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
@@ -157,7 +161,7 @@ class Engine:
                            dtype: str) -> tuple[Compiled, Trial | None]:
         """_compiled, answered from _ready where a call of this shape can no longer run anything else."""
         if cfg is not self._ready_cfg:
-            self._ready, self._ready_cfg = {}, cfg
+            self._ready, self._prepared, self._ready_cfg = {}, {}, cfg
         key = (collective, count, elem_size, algo, dtype)
         entry = self._ready.get(key)
         if entry is not None:
@@ -222,6 +226,10 @@ class Engine:
         after every earlier call of this engine; blocks unless async_op. The
         call settings are read here, once: the call runs under them to its end."""
         cfg = get_config()
+        if not async_op and cfg is self._ready_cfg:
+            prepared = self._prepared.get((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo))
+            if prepared is not None:
+                return self._run_prepared(prepared, collective, inp, out, reduce_op, cfg)
         if self.failed is not None:
             raise self._failed_earlier(collective)
         self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
@@ -237,7 +245,10 @@ class Engine:
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
             self.recorder.made(call.seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
         if self._plain(entry, trial, cfg):
-            return self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, async_op)
+            work = self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, async_op)
+            if not async_op and self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
+                self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
+            return work
         return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
                            (None, call))
 
@@ -261,6 +272,37 @@ class Engine:
         ticket = self._queue.push_run(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
                                       (entry, call, cfg, inp, out))
         return self._handed(Work(ticket, [out]), async_op)
+
+    def _prepare(self, key: tuple[Any, ...], entry: Compiled, call: Call, cfg: Config) -> None:
+        """Make the call shape `key` a prepared one (_prepared), bounded as the plan cache is."""
+        if self.closed is not None or self.failed is not None:
+            return
+        if len(self._prepared) >= self.plans.size:
+            self._prepared.pop(next(iter(self._prepared)))
+        cpp_call = call.cpp() if cfg.check != "off" else None
+        self._prepared[key] = (load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op,
+                                                  cpp_call), entry, call.dtype, key[3].itemsize)
+
+    def _run_prepared(self, prepared: tuple[Any, Compiled, str, int], collective: str, inp: torch.Tensor,
+                      out: torch.Tensor, reduce_op: str, cfg: Config) -> Work | None:
+        """A prepared call (_prepared): one crossing into C++ on this thread; the queued way if the queue is busy."""
+        run, entry, dtype, elem_size = prepared
+        seq = self._seq
+        self._seq = seq + 1
+        self._last = entry
+        note_cpu_call(cfg.malloc_trim_s)
+        count = out.numel() if collective == "reduce_scatter" else inp.numel()
+        if self.recorder.on:
+            self.recorder.made(seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
+        try:
+            if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
+                return None
+        except (load().HoccNativeError, load().HoccMismatchError) as e:
+            call = Call(seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
+            raise self._run_failed(entry, call, cfg, e) from e
+        self.check_usable(collective)  # busy: a closing engine's queue, or a queued call before this one
+        call = Call(seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
+        return self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, False)
 
     def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
@@ -340,6 +382,7 @@ class Engine:
                "dist.new_group() again for a sub-group)")
         if self.failed is None:
             self.failed = msg
+            self._prepared = {}
             self._queue.mark_failed()  # queued runs fail without running
             self._abort_transport(msg)
             if self._peer_failure is None:
@@ -471,6 +514,7 @@ class Engine:
         try:
             if self.closed is None:
                 self.closed = "closed"
+            self._prepared = {}
         finally:
             self._lock.release()
         if self._queue.on_worker or self._queue.held_here():  # the worker cannot wait for itself, nor for a
@@ -488,6 +532,7 @@ class Engine:
         with self._lock:
             if self.closed is None or self.closed == "closed":
                 self.closed = f"aborted ({why})"
+            self._prepared = {}
             comms = self.comms
         if comms is not None:  # the transport's waits, then each backend's own abort (ncclCommAbort on NCCL)
             comms.abort(why)
@@ -513,6 +558,7 @@ class Engine:
             self.executor = self.transport = None
             self.info = dataclasses.replace(self.info, inner=None)
             self.plans.clear()
+            self._prepared, self._ready = {}, {}
             self._settings = None
             self._tuners.clear()
             self.group = None

@@ -39,7 +39,6 @@ class HeapTrimmer:
 
     def __init__(self, trim: Callable[[], Any], interval_s: float) -> None:
         self.trim, self.interval_s = trim, interval_s
-        self.pid = os.getpid()
         self.trims = 0
         self._called = threading.Event()  # a hocc call was made since the last trim
         self._thread = threading.Thread(target=self._loop, name="hocc-malloc-trim", daemon=True)
@@ -70,10 +69,10 @@ def note_cpu_call(interval_s: float) -> None:
     if interval_s <= 0 or _no_trim:
         return
     t = _trimmer
-    if t is None or t.pid != os.getpid():  # first call, or a forked child (the thread stayed in the parent)
+    if t is None:  # first call, or a forked child's (the thread stayed in the parent: _forked)
         with _lock:
             t = _trimmer
-            if t is None or t.pid != os.getpid():
+            if t is None:
                 trim = _malloc_trim()
                 if trim is None:
                     _no_trim = True
@@ -82,7 +81,15 @@ def note_cpu_call(interval_s: float) -> None:
     t.note_call(interval_s)
 
 
+def _forked() -> None:
+    global _trimmer, _lock
+    _trimmer, _lock = None, threading.Lock()  # the parent's thread is not in the child; its lock may be held
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def trims() -> int:
     """How many trims this process has made (for tests and diagnosis)."""
     t = _trimmer
-    return t.trims if t is not None and t.pid == os.getpid() else 0
+    return t.trims if t is not None else 0
