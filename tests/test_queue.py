@@ -193,7 +193,22 @@ def _prepared_body(rank: int, world: int) -> None:
         assert here == before, f"a prepared {name} went through the engine's queue wrapper: {here} vs {before}"
     seqs = [c[0] for c in eng.recorder.calls]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs  # prepared calls are recorded, in order
+    # what the short way's key does not hold goes the full way: another op, a strided tensor, new settings
     x = torch.full((7,), float(rank))
+    hocc.all_reduce(x, op=dist.ReduceOp.MAX)
+    assert torch.all(x == world - 1), x
+    with pytest.raises(hocc.HoccError, match="not contiguous"):
+        hocc.all_reduce(torch.zeros(14)[::2])
+    hocc.configure(algo="native")
+    x = torch.full((7,), float(rank))
+    hocc.all_reduce(x)
+    assert torch.all(x == sum(range(world))) and hocc.last_plan().algo == "native"  # type: ignore[union-attr]
+    hocc.configure(algo="ring")
+    calls["all_reduce"](0), calls["all_reduce"](1)  # prepared again under these settings
+    before = dict(here)
+    calls["all_reduce"](2)
+    assert here == before, (here, before)
+    x = torch.full((7,), float(rank))  # a prepared call that fails
     if rank == 1:
         eng.inject_fault(0, "raise")
     with pytest.raises(hocc.CollectiveError) as failed:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from hocc.api import validate as v
 from hocc.api.capture import check_not_capturing
 from hocc.api.dlpack import accepts_arrays
+from hocc.api.repeat import learn, run_known
 from hocc.config import get_config
 from hocc.engine.engine import Engine
 from hocc.engine.group_engines import get_engine
@@ -33,13 +34,19 @@ def _engine(group: dist.ProcessGroup, device: torch.device, refresh: bool = True
 def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """Reduce `tensor` across the group, in place on every rank."""
+    if not async_op and run_known("all_reduce", tensor, tensor, op, group, algo):
+        return None
     fn = "all_reduce"
     g = v.resolve_group(group, fn)
     v.check_tensor(tensor, "tensor", fn)
     name = v.check_op(op, fn)
     v.check_algo(algo or get_config().algo, fn)
     check_not_capturing(tensor, fn)
-    return _engine(g, tensor.device).run("all_reduce", tensor, tensor, name, algo, async_op)
+    eng = _engine(g, tensor.device)
+    work = eng.run("all_reduce", tensor, tensor, name, algo, async_op)
+    if not async_op:
+        learn("all_reduce", tensor, tensor, op, group, algo, eng, name)
+    return work
 
 
 @accepts_arrays("output_tensor")
@@ -47,6 +54,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
                            group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                            algo: str | None = None) -> Work | None:
     """Gather every rank's `input_tensor` into `output_tensor`, by group rank."""
+    if not async_op and run_known("all_gather", input_tensor, output_tensor, None, group, algo):
+        return None
     fn = "all_gather_into_tensor"
     g = v.resolve_group(group, fn)
     v.check_tensor(output_tensor, "output_tensor", fn)
@@ -55,7 +64,11 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     v.check_sizes(output_tensor, input_tensor.numel() * dist.get_world_size(g), "output_tensor", fn)
     v.check_algo(algo or get_config().algo, fn)
     check_not_capturing(input_tensor, fn)
-    return _engine(g, input_tensor.device).run("all_gather", input_tensor, output_tensor, "sum", algo, async_op)
+    eng = _engine(g, input_tensor.device)
+    work = eng.run("all_gather", input_tensor, output_tensor, "sum", algo, async_op)
+    if not async_op:
+        learn("all_gather", input_tensor, output_tensor, None, group, algo, eng, "sum")
+    return work
 
 
 @accepts_arrays("output")
@@ -63,6 +76,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
                           group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                           algo: str | None = None) -> Work | None:
     """Reduce `input` (world blocks) across the group; rank r gets block r in `output`."""
+    if not async_op and run_known("reduce_scatter", input, output, op, group, algo):
+        return None
     fn = "reduce_scatter_tensor"
     g = v.resolve_group(group, fn)
     v.check_tensor(output, "output", fn)
@@ -72,7 +87,11 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object 
     name = v.check_op(op, fn)
     v.check_algo(algo or get_config().algo, fn)
     check_not_capturing(input, fn)
-    return _engine(g, input.device).run("reduce_scatter", input, output, name, algo, async_op)
+    eng = _engine(g, input.device)
+    work = eng.run("reduce_scatter", input, output, name, algo, async_op)
+    if not async_op:
+        learn("reduce_scatter", input, output, op, group, algo, eng, name)
+    return work
 
 
 @accepts_arrays("tensor_list")

@@ -30,6 +30,7 @@ from hocc.engine.errors import CallMismatchError, CollectiveError, failed_step
 from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plan_cache import Compiled, PlanCache
+from hocc.engine.prepared import Prepared
 from hocc.engine.queue import CallQueue, Ticket
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
@@ -83,7 +84,7 @@ class Engine:
         # a sync CPU call of a ready shape that ran as the executor's run alone, made once into C++
         # (_C.PreparedRun): its next call is this lookup and one crossing, keyed on what the caller
         # passes (collective, input and output sizes, torch dtype, op, algo), under `_ready_cfg` too
-        self._prepared: dict[tuple[Any, ...], tuple[Any, Compiled, str, int]] = {}
+        self._prepared: dict[tuple[Any, ...], Prepared] = {}
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
@@ -229,7 +230,7 @@ class Engine:
         if not async_op and cfg is self._ready_cfg:
             prepared = self._prepared.get((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo))
             if prepared is not None:
-                return self._run_prepared(prepared, collective, inp, out, reduce_op, cfg)
+                return self._run_prepared(prepared, inp, out, cfg)
         if self.failed is not None:
             raise self._failed_earlier(collective)
         self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
@@ -280,29 +281,39 @@ class Engine:
         if len(self._prepared) >= self.plans.size:
             self._prepared.pop(next(iter(self._prepared)))
         cpp_call = call.cpp() if cfg.check != "off" else None
-        self._prepared[key] = (load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op,
-                                                  cpp_call), entry, call.dtype, key[3].itemsize)
+        run = load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op, cpp_call)
+        self._prepared[key] = Prepared(key, run, entry, call.collective, call.count, call.dtype, key[3].itemsize,
+                                       call.op)
 
-    def _run_prepared(self, prepared: tuple[Any, Compiled, str, int], collective: str, inp: torch.Tensor,
-                      out: torch.Tensor, reduce_op: str, cfg: Config) -> Work | None:
+    def prepared(self, key: tuple[Any, ...]) -> Prepared | None:
+        """The prepared call of shape `key` (collective, input and output numel, torch dtype, op, algo) if
+        it is still one under the current settings (hocc.api.repeat keeps them by the API's arguments)."""
+        return self._prepared.get(key) if get_config() is self._ready_cfg else None
+
+    def run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor) -> bool:
+        """A sync call of prepared shape `p` (hocc.api.repeat), if `p` is still this engine's: then True
+        once it ran. False: nothing done (the settings changed, or the engine failed or closed since)."""
+        cfg = get_config()
+        if cfg is not self._ready_cfg or self._prepared.get(p.key) is not p:
+            return False
+        self._run_prepared(p, inp, out, cfg)
+        return True
+
+    def _run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, cfg: Config) -> Work | None:
         """A prepared call (_prepared): one crossing into C++ on this thread; the queued way if the queue is busy."""
-        run, entry, dtype, elem_size = prepared
         seq = self._seq
         self._seq = seq + 1
-        self._last = entry
+        self._last = p.entry
         note_cpu_call(cfg.malloc_trim_s)
-        count = out.numel() if collective == "reduce_scatter" else inp.numel()
         if self.recorder.on:
-            self.recorder.made(seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
+            self.recorder.made(seq, p.collective, p.count, p.dtype, p.elem_size, p.op, p.entry, time.time_ns())
         try:
-            if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
+            if p.run.run_here(inp.data_ptr(), out.data_ptr(), seq):
                 return None
         except (load().HoccNativeError, load().HoccMismatchError) as e:
-            call = Call(seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
-            raise self._run_failed(entry, call, cfg, e) from e
-        self.check_usable(collective)  # busy: a closing engine's queue, or a queued call before this one
-        call = Call(seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
-        return self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, False)
+            raise self._run_failed(p.entry, p.call(seq), cfg, e) from e
+        self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
+        return self._run_plain(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False)
 
     def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""

@@ -40,13 +40,15 @@ class HeapTrimmer:
     def __init__(self, trim: Callable[[], Any], interval_s: float) -> None:
         self.trim, self.interval_s = trim, interval_s
         self.trims = 0
-        self._called = threading.Event()  # a hocc call was made since the last trim
+        self.noted = False  # a call since the last trim was noted (a plain flag: every call reads it)
+        self._called = threading.Event()  # the same, for the thread to wait on
         self._thread = threading.Thread(target=self._loop, name="hocc-malloc-trim", daemon=True)
         self._thread.start()
 
     def note_call(self, interval_s: float) -> None:
         self.interval_s = interval_s
-        if not self._called.is_set():  # set() takes a lock: a call costs less without it
+        if not self.noted:  # set() takes a lock: the calls between two trims but the first skip it
+            self.noted = True
             self._called.set()
 
     def _loop(self) -> None:
@@ -54,6 +56,7 @@ class HeapTrimmer:
             self._called.wait()  # idle: no wake-ups while no hocc call runs
             time.sleep(self.interval_s)
             self._called.clear()
+            self.noted = False  # after the clear: a call noted between the two sets it again
             self.trim()
             self.trims += 1
 
@@ -66,9 +69,12 @@ _lock = threading.Lock()
 def note_cpu_call(interval_s: float) -> None:
     """A hocc CPU call is made: the heap is trimmed within `interval_s` seconds of it (<= 0: not at all)."""
     global _trimmer, _no_trim
+    t = _trimmer
+    if t is not None and t.noted and interval_s > 0:  # most calls: one read
+        t.interval_s = interval_s
+        return
     if interval_s <= 0 or _no_trim:
         return
-    t = _trimmer
     if t is None:  # first call, or a forked child's (the thread stayed in the parent: _forked)
         with _lock:
             t = _trimmer
