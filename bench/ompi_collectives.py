@@ -33,7 +33,7 @@ from mpi4py import MPI
 _emulated = runpy.run_path(str(Path(__file__).resolve().parents[1] / "hocc" / "bench" / "emulated.py"))
 nic_tx_bytes, per_size = _emulated["nic_tx_bytes"], _emulated["per_size"]
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+OPS = ("all_reduce", "all_gather", "reduce_scatter")  # hocc.plan.types.COLLECTIVES, which this venv cannot import
 
 
 def values(rank: int, n: int, start: int = 0) -> np.ndarray:

@@ -41,8 +41,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hocc.bench.launch import free_port
+from hocc.plan.types import COLLECTIVES as OPS
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
 ALGOS = ("native", "ring", "ho_ring", "auto")
 GROUPS = ("world", "host", "rail")
 MAX_IN_FLIGHT = 4

@@ -17,12 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hocc.plan.types import COLLECTIVES
 from hocc.plan.volumes import bus_factor
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
 _PREFIX = re.compile(r"^\s*(?:\[[\d,]+\](?:<\w+>)?:?|\d+:)\s?")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)")
-_OP = re.compile(r"\b(all_reduce|reduce_scatter|all_gather)_perf")
+_OP = re.compile(rf"\b({'|'.join(COLLECTIVES)})_perf")  # nccl-tests names its binaries after hocc's collectives
 ELEM = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "uint32": 4,
         "int64": 8, "uint64": 8, "float32": 4, "float16": 2, "float64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
