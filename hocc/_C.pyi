@@ -10,6 +10,8 @@ class HoccNativeError(RuntimeError):
     step: str
     ranks: tuple[int, ...]
     cause: str  # the failure in the transport's words, without the step's context
+    tier: str  # the link tier the step's stage crosses ("" if its plan names none)
+    where: str  # "at stage 1 (net), chunk 0, ucx all_reduce over ranks [0,4]" ("" outside every step)
 
 class HoccMismatchError(HoccNativeError): ...
 

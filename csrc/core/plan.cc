@@ -131,6 +131,8 @@ Plan plan_from_json(const Json& d) {
     const Json* src = js.find("src");
     const Json* dst = js.find("dst");
     s.src = parse_buf(src ? src->text() : "work"), s.dst = parse_buf(dst ? dst->text() : "work");
+    const Json* tier = js.find("tier");
+    if (tier) s.tier = tier->text();
     for (const Json& jg : js.at("groups").array()) {
       GroupSlice g;
       for (const Json& r : jg.at("ranks").array()) {

@@ -35,6 +35,7 @@ struct Step {
   Impl impl = Impl::native;
   Buf src = Buf::work, dst = Buf::work;
   std::vector<GroupSlice> groups;
+  std::string tier;  // the link tier the stage crosses (for a failure's text)
 };
 
 // How the caller's buffers map onto the work buffer [chunks][blocks][piece]:

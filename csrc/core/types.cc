@@ -43,4 +43,11 @@ std::vector<std::string> dtype_names() {
   return out;
 }
 
+std::string Where::text() const {
+  std::string r;
+  for (size_t i = 0; i < ranks.size(); ++i) r += (i ? "," : "") + std::to_string(ranks[i]);
+  return "at stage " + std::to_string(stage) + (tier.empty() ? "" : " (" + tier + ")") + ", chunk " +
+         std::to_string(chunk) + ", " + step + " over ranks [" + r + "]";
+}
+
 }  // namespace hocc

@@ -35,6 +35,9 @@ struct Where {
   int stage = -1, chunk = -1;
   std::string step;        // "native all_reduce", "shm reduce_scatter", ...
   std::vector<int> ranks;  // its group: the peers the failure involves
+  std::string tier;        // the link tier its stage crosses ("host", "net", ...; "" if the plan names none)
+  // "at stage 1 (net), chunk 0, ucx all_reduce over ranks [0,4]": the one wording of a failed step
+  std::string text() const;
 };
 
 // Every failure the library raises; Python sees it as hocc._C.HoccNativeError, a RuntimeError whose

@@ -64,12 +64,6 @@ void Executor::inject_fault(int stage, const std::string& action, std::function<
 
 namespace {
 
-std::string ranks_of(const GroupSlice& g) {
-  std::string s;
-  for (size_t i = 0; i < g.ranks.size(); ++i) s += (i ? "," : "") + std::to_string(g.ranks[i]);
-  return s;
-}
-
 // inject_fault's action, on reaching its stage (tests and the fault matrix)
 void fire_fault(const std::string& action, const std::function<void()>& hook, int stage) {
   if (action == "kill") ::raise(SIGKILL);
@@ -103,11 +97,9 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
       run_group(s, *g, r, l);
       if (r.rec) r.rec->end_step(l.step_rec);
     } catch (const std::exception& e) {
-      const std::string step = std::string(impl_name(s.impl)) + " " + op_name(s.op);
-      rethrow_at({s.stage, s.chunk, step, g->ranks},
-                 "at stage " + std::to_string(s.stage) + ", chunk " + std::to_string(s.chunk) + ", " + step +
-                     " over ranks [" + ranks_of(*g) + "]: ",
-                 e);
+      Where at{s.stage, s.chunk, std::string(impl_name(s.impl)) + " " + op_name(s.op), g->ranks, s.tier};
+      const std::string context = at.text() + ": ";
+      rethrow_at(std::move(at), context, e);
     }
   }
 }

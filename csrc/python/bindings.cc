@@ -52,6 +52,8 @@ py::object error_object(PyObject* type, const char* what, const Error* e) {
   exc.attr("chunk") = at.chunk;
   exc.attr("step") = at.step;
   exc.attr("ranks") = py::tuple(py::cast(at.ranks));
+  exc.attr("tier") = at.tier;
+  exc.attr("where") = at.stage < 0 ? std::string() : at.text();
   exc.attr("cause") = e && !e->cause.empty() ? e->cause : std::string(what);
   return exc;
 }

@@ -269,7 +269,7 @@ class Engine:
                 if self._queue.run_here(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq):
                     return None
             except (load().HoccNativeError, load().HoccMismatchError) as e:
-                raise self._run_failed(entry, call, cfg, e) from e
+                raise self._run_failed(call, cfg, e) from e
         ticket = self._queue.push_run(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
                                       (entry, call, cfg, inp, out))
         return self._handed(Work(ticket, [out]), async_op)
@@ -311,22 +311,22 @@ class Engine:
             if p.run.run_here(inp.data_ptr(), out.data_ptr(), seq):
                 return None
         except (load().HoccNativeError, load().HoccMismatchError) as e:
-            raise self._run_failed(p.entry, p.call(seq), cfg, e) from e
+            raise self._run_failed(p.call(seq), cfg, e) from e
         self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
         return self._run_plain(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False)
 
     def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
-        entry, call, cfg, _, _ = ticket.context
-        exc = self._run_failed(entry, call, cfg, err)
+        _, call, cfg, _, _ = ticket.context  # (entry, call, cfg, inp, out): the run's plan and tensors held
+        exc = self._run_failed(call, cfg, err)
         exc.__cause__ = err
         return exc
 
-    def _run_failed(self, entry: Compiled, call: Call, cfg: Config, err: Exception) -> CollectiveError:
+    def _run_failed(self, call: Call, cfg: Config, err: Exception) -> CollectiveError:
         """The error of a plain call's failed run, wherever it ran."""
         if self.failed is not None:  # an earlier call failed the group (this one did not run)
             return self._not_run(call)
-        return self._fail(call, entry.groups, err, cfg.record_dir)
+        return self._fail(call, err, cfg.record_dir)
 
     def _dropped(self, ticket: Ticket) -> BaseException:
         """The error of a queued call that abort() dropped before it began."""
@@ -361,7 +361,7 @@ class Engine:
         except Exception as e:
             if trial is not None:
                 trial.bucket.release()  # failed: no caller waits on its trials any longer
-            raise self._fail(call, entry.groups, e, cfg.record_dir) from e  # the unit's steps name the same stages
+            raise self._fail(call, e, cfg.record_dir) from e
 
     def _run_plan(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
                   call: Call | None, seq: int) -> None:
@@ -382,11 +382,11 @@ class Engine:
         glob = "" if ranks == list(range(self.size)) else f"; its ranks 0..{self.size - 1} are global ranks {ranks}"
         return f"group {self.info.name!r} (rank {self.rank} of {self.size}{glob})"
 
-    def _fail(self, call: Call, plan: Plan, e: Exception, record_dir: str | None) -> CollectiveError:
+    def _fail(self, call: Call, e: Exception, record_dir: str | None) -> CollectiveError:
         """Fail the group: remember why, abort the transport (peers blocked on
         this rank fail too), tell the group through the watchdog, and write
         the flight recorder's dump before the error reaches the caller."""
-        at = failed_step(e, plan)
+        at = failed_step(e)
         why = at.describe() if at is not None else str(e)
         msg = (f"hocc: {call.describe()} failed on {self._where()}: {why}. The group is no longer usable: destroy "
                "it and create it again (dist.destroy_process_group() and init_process_group(), or "

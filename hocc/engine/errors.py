@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hocc.executor import load
-
-if TYPE_CHECKING:
-    from hocc.plan.types import Plan
 
 
 class CollectiveError(RuntimeError):
@@ -60,15 +56,15 @@ class FailedStep:
     step: str
     ranks: tuple[int, ...]
     cause: str
+    where: str  # the executor's wording of the step (Where::text): "at stage 1 (net), chunk 0, ... over ranks [0,4]"
 
     def describe(self) -> str:
-        return (f"at stage {self.stage} ({self.tier}), chunk {self.chunk}, {self.step} over ranks "
-                f"[{','.join(map(str, self.ranks))}]: {self.cause}")
+        return f"{self.where}: {self.cause}"
 
 
-def failed_step(e: BaseException | None, plan: Plan) -> FailedStep | None:
-    """The step `e` (hocc._C's HoccNativeError, or an error it caused) failed at, named with `plan`'s
-    tiers; None for a failure outside every step (set-up, a Python error)."""
+def failed_step(e: BaseException | None) -> FailedStep | None:
+    """The step `e` (hocc._C's HoccNativeError, or an error it caused) failed at; None for a failure
+    outside every step (set-up, a Python error)."""
     native = load().HoccNativeError
     while e is not None:
         if isinstance(e, CollectiveError):  # named already
@@ -77,8 +73,8 @@ def failed_step(e: BaseException | None, plan: Plan) -> FailedStep | None:
         if isinstance(e, native) and "stage" in f:
             if f["stage"] < 0:
                 return None
-            tier = {st.stage: st.tier for st in plan.steps}.get(f["stage"], "?")
-            return FailedStep(f["stage"], tier, f["chunk"], f["step"], tuple(f["ranks"]), f["cause"])
+            return FailedStep(f["stage"], f["tier"], f["chunk"], f["step"], tuple(f["ranks"]), f["cause"],
+                              f["where"])
         e = e.__cause__
     return None
 
