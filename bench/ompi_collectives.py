@@ -1,9 +1,10 @@
 """Open MPI's own collectives, timed as bench/per_host_run.py times hocc's and
 gloo's: one process per rank under mpirun (bench/ompi_peer.py starts it on the
 emulated cluster), float32 buffers of nccl-tests' sizes (the all-reduce
-buffer, the all-gather output, the reduce-scatter input), every call begun
-together after a barrier, the slowest rank's time per call (max over ranks),
-the median of the timed calls after the warm-ups. Rank 0 appends one JSON line
+buffer, the all-gather output, the reduce-scatter input), every sample (a
+call, or --burst calls back to back) begun together after a barrier, the
+slowest rank's time per call (max over ranks), the median of the timed
+samples after the warm-ups. Rank 0 appends one JSON line
 per (op, size) to --out.
 
 Runs in the benchmark's own environment (mpi4py and numpy, no torch, no hocc):
@@ -81,7 +82,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", required=True, help="bytes, comma list")
     p.add_argument("--iters", required=True, help="timed calls: one number or one per size")
-    p.add_argument("--warmup", default="2", help="warm-up calls: one number or one per size")
+    p.add_argument("--warmup", default="2", help="warm-up samples: one number or one per size")
+    p.add_argument("--burst", default="1", help="calls per sample, back to back after its barrier: one number or "
+                                                "one per size (a sample's time is its burst's over its calls)")
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--way", required=True, help="label for the JSON lines (e.g. ompi_tuned, ompi_han)")
     p.add_argument("--out", required=True, help="rank 0 appends its JSON lines here")
@@ -89,7 +92,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     sizes = [int(x) for x in a.sizes.split(",")]
-    iters, warmup = (per_size(v, len(sizes), "ompi_collectives.py") for v in (a.iters, a.warmup))
+    iters, warmup, bursts = (per_size(v, len(sizes), "ompi_collectives.py") for v in (a.iters, a.warmup, a.burst))
     # where each rank runs: the emulated host is the UTS namespace's hostname, the namespace its addresses
     where = comm.gather((MPI.Get_processor_name(), socket.gethostname(), os.getpid(), os.readlink("/proc/self/ns/net"),
                          os.environ.get("OMPI_MCA_mpi_yield_when_idle")), root=0)  # noqa: SIM112 (Open MPI's name)
@@ -100,7 +103,7 @@ def main() -> None:
     took = np.zeros(1, np.float64)
     slowest = np.zeros(1, np.float64)
     for op in a.ops.split(","):
-        for size, n_iter, n_warm in zip(sizes, iters, warmup, strict=True):
+        for size, n_iter, n_warm, burst in zip(sizes, iters, warmup, bursts, strict=True):
             inp, out = buffers(op, size, world, rank)
             call(comm, op, inp, out)  # one call on fresh inputs, checked
             bad = comm.allreduce(wrong(op, out, world, rank), op=MPI.SUM)
@@ -109,13 +112,14 @@ def main() -> None:
                 tx0 = nic_tx_bytes() if rank == 0 else None
                 comm.Barrier()
                 t0 = MPI.Wtime()
-                call(comm, op, inp, out)
-                took[0] = MPI.Wtime() - t0
+                for _ in range(burst):
+                    call(comm, op, inp, out)
+                took[0] = (MPI.Wtime() - t0) / burst
                 comm.Allreduce(took, slowest, op=MPI.MAX)  # the slowest rank's time
                 if it >= n_warm:
                     times.append(float(slowest[0]))
                     if tx0 is not None:
-                        sent.append(nic_tx_bytes() - tx0)
+                        sent.append((nic_tx_bytes() - tx0) // burst)
             if rank == 0:
                 nbytes = max(inp.nbytes, out.nbytes)
                 row = {"way": a.way, "op": op, "size": nbytes, "world": world, "median_s": statistics.median(times),

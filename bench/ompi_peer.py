@@ -71,15 +71,21 @@ HOCC_ALGOS = ("auto", "ho_ring")
 NOISY = 1.25  # a figure whose rounds' medians differ by more than this factor is marked ~
 
 
-def counts(size: int) -> tuple[int, int]:
-    """(timed calls, warm-ups) per size: fewer where a call moves megabytes (seconds at 200 Mbit/s)."""
+def counts(size: int) -> tuple[int, int, int]:
+    """(timed samples, warm-ups, calls per sample) per size: fewer samples where a call moves megabytes
+    (seconds at 200 Mbit/s). A sample is a burst of calls back to back after one barrier, its time over its
+    calls (OSU's latency tests time a loop the same way): a lone small call would be timed mostly by how
+    unevenly the ranks left the barrier before it (gloo's barrier, before hocc's and gloo's calls, leaves
+    them up to a millisecond apart on the emulated cluster; Open MPI's own, far less)."""
+    if size <= 64 << 10:
+        return 20, 3, 20
     if size <= 256 << 10:
-        return 20, 3
+        return 20, 3, 4
     if size <= 2 << 20:
-        return 10, 2
+        return 10, 2, 1
     if size <= 16 << 20:
-        return 5, 1
-    return 3, 1
+        return 5, 1, 1
+    return 3, 1, 1
 
 
 # --------------------------------------------------------------------------------------------------- set-up
@@ -184,11 +190,11 @@ def nic_bytes(cluster: emulated.Cluster) -> int:
 
 
 def run_hocc(cluster: emulated.Cluster, work: Path, a: argparse.Namespace, sizes: list[int],
-             iters: list[int], warmups: list[int]) -> list[dict]:
+             iters: list[int], warmups: list[int], bursts: list[int]) -> list[dict]:
     out = work / "hocc.jsonl"
     args = ["--size", ",".join(map(str, sizes)), "--ops", ",".join(a.ops), "--algos", ",".join(a.hocc_algos),
-            "--iters", ",".join(map(str, iters)), "--warmup", ",".join(map(str, warmups)), "--decide-auto",
-            "--out", str(out)]
+            "--iters", ",".join(map(str, iters)), "--warmup", ",".join(map(str, warmups)),
+            "--burst", ",".join(map(str, bursts)), "--decide-auto", "--out", str(out)]
     env_before = dict(os.environ)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     procs: list[subprocess.Popen[bytes]] = []
@@ -247,9 +253,9 @@ def stop_mpirun(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_ompi(cluster: emulated.Cluster, work: Path, py: Path, way: str, a: argparse.Namespace,
-             sizes: list[int], iters: list[int], warmups: list[int]) -> list[dict]:
+             sizes: list[int], iters: list[int], warmups: list[int], bursts: list[int]) -> list[dict]:
     args = ["--sizes", ",".join(map(str, sizes)), "--iters", ",".join(map(str, iters)),
-            "--warmup", ",".join(map(str, warmups)), "--ops", ",".join(a.ops)]
+            "--warmup", ",".join(map(str, warmups)), "--burst", ",".join(map(str, bursts)), "--ops", ",".join(a.ops)]
     rows, _ = mpirun(cluster, work, py, way, OMPI_WAYS[way], args, a.timeout)
     for row in rows:
         if row.get("kind") == "ranks":
@@ -269,7 +275,8 @@ def yield_check(cluster: emulated.Cluster, work: Path, py: Path, a: argparse.Nam
 
 
 def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, ways: list[str], sizes: list[int],
-            iters: list[int], warmups: list[int]) -> tuple[list[dict], dict[str, int], dict[str, float]] | None:
+            iters: list[int], warmups: list[int],
+            bursts: list[int]) -> tuple[list[dict], dict[str, int], dict[str, float]] | None:
     """One cluster, every way in turn on it: (rows, NIC bytes per way, the yield check); None if a run failed."""
     work = Path(tempfile.mkdtemp(prefix="ompi-peer-"))
     cluster = emulated.Cluster(sc, a.rate, a.trunk_rate)
@@ -294,9 +301,9 @@ def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, w
                 print(f"# {name}: round {rnd + 1}: {way}", file=sys.stderr, flush=True)
                 before, t0 = nic_bytes(cluster), time.time()
                 if way == "hocc":
-                    got = run_hocc(cluster, here, a, sizes, iters, warmups)
+                    got = run_hocc(cluster, here, a, sizes, iters, warmups, bursts)
                 else:
-                    got = run_ompi(cluster, here, py, way, a, sizes, iters, warmups)
+                    got = run_ompi(cluster, here, py, way, a, sizes, iters, warmups, bursts)
                 rows += [r | {"round": rnd} for r in got]
                 nic[way] = nic.get(way, 0) + nic_bytes(cluster) - before
                 print(f"# {name}: round {rnd + 1}: {way} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
@@ -510,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     a.hocc_algos = a.hocc_algos.split(",")
     ways = a.ways.split(",")
     sizes = sweep(parse_size(a.min_bytes), parse_size(a.max_bytes), a.factor)
-    iters, warmups = zip(*map(counts, sizes), strict=True)
+    iters, warmups, bursts = zip(*map(counts, sizes), strict=True)
     emulated.ensure_tools()
     ensure_open_mpi()
     py = ensure_venv(a.venv)
@@ -525,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# waiting for {LOCK}", file=sys.stderr, flush=True)
         fcntl.flock(lock, fcntl.LOCK_EX)
         started = time.time()
-        got = measure(a, sc, name, py, ways, sizes, list(iters), list(warmups))
+        got = measure(a, sc, name, py, ways, sizes, list(iters), list(warmups), list(bursts))
     if got is None:
         return 1
     rows, nic, yields = got
@@ -535,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                             text=True).stdout.strip()
     meta = {
         "world": sc.world, "hosts": sc.hosts, "rate": a.rate, "spec": sc.spec(a.rate, a.trunk_rate),
-        "sizes": sizes, "iters": list(iters), "warmups": list(warmups), "ways": ways, "rounds": a.rounds,
+        "sizes": sizes, "iters": list(iters), "warmups": list(warmups), "bursts": list(bursts), "ways": ways,
+        "rounds": a.rounds,
         "date": datetime.date.today().isoformat(), "seconds": round(time.time() - started),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "library": ranks[0]["library"].split(",")[0] if ranks else "-",

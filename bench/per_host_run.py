@@ -1,5 +1,6 @@
 """Large calls timed as a training job meets them: torch processes, one per
-rank (one thread each), each call begun together after a barrier, gloo's own
+rank (one thread each), each sample (a call, or --burst calls back to back:
+small ones) begun together after a barrier (each library's own), gloo's own
 call interleaved with hocc's algorithms call by call, fresh-looking tensors
 (the same ones reused, as a training loop reuses its buckets), medians of
 --iters after --warmup, the slowest rank's time. Run one process per rank
@@ -56,7 +57,9 @@ def main() -> None:
     p.add_argument("--ops", default="all_reduce", help="comma list of all_reduce, all_gather, reduce_scatter")
     p.add_argument("--algos", default="ho_ring", help="hocc's ways, comma list (gloo's own call always runs)")
     p.add_argument("--iters", default="3", help="timed calls: one number, or one per size")
-    p.add_argument("--warmup", default="1", help="warm-up calls: one number, or one per size")
+    p.add_argument("--warmup", default="1", help="warm-up samples: one number, or one per size")
+    p.add_argument("--burst", default="1", help="calls per sample, back to back after its barrier: one number, or "
+                                                "one per size (a sample's time is its burst's over its calls)")
     p.add_argument("--decide-auto", action="store_true",
                    help="before a size's calls, call auto until it has decided the size's bucket (its trials, as "
                         "hocc-bench does), so the timed calls are auto as a user meets it after them")
@@ -67,12 +70,13 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     sizes = [parse_size(x) for x in a.size.split(",")]
-    iters, warmups = (per_size(v, len(sizes), "per_host_run.py") for v in (a.iters, a.warmup))
+    iters, warmups, bursts = (per_size(v, len(sizes), "per_host_run.py") for v in (a.iters, a.warmup, a.burst))
     ways = ["gloo", *a.algos.split(",")]
     cpu = torch.device("cpu")
+    token = torch.zeros(1)  # hocc's barrier before each sample of hocc's (below)
     for op in a.ops.split(","):
         coll = COLLECTIVES[op]  # nccl-tests' sizes and data, as hocc-bench's
-        for nbytes, n_iter, n_warm in zip(sizes, iters, warmups, strict=True):
+        for nbytes, n_iter, n_warm, burst in zip(sizes, iters, warmups, bursts, strict=True):
             inp, out = coll.buffers(nbytes, torch.float32, world, rank, cpu)
             fresh = inp.clone()
             trial_calls = None
@@ -89,19 +93,23 @@ def main() -> None:
             for it in range(n_warm + n_iter):
                 for way in ways:
                     tx0 = nic_tx_bytes() if rank == 0 else None
-                    dist.barrier()
+                    if way == "gloo":  # each library's own barrier, as Open MPI's side uses MPI_Barrier: gloo's
+                        dist.barrier()  # leaves the ranks milliseconds apart on the emulated cluster, and that
+                    else:  # spread would be timed as the first call's (an all-reduce is a barrier too)
+                        hocc.all_reduce(token)
                     t0 = time.perf_counter()
-                    if way == "gloo":
-                        _gloo(op, inp, out)
-                    else:
-                        coll.launch(inp, out, "sum", way)
-                    took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                    for _ in range(burst):
+                        if way == "gloo":
+                            _gloo(op, inp, out)
+                        else:
+                            coll.launch(inp, out, "sum", way)
+                    took = torch.tensor([(time.perf_counter() - t0) / burst], dtype=torch.float64)
                     dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
                     if it >= n_warm:
                         times[way].append(float(took))
                         tx1 = nic_tx_bytes() if tx0 is not None else None
                         if tx0 is not None and tx1 is not None:
-                            sent[way].append(tx1 - tx0)
+                            sent[way].append((tx1 - tx0) // burst)
                     if way != "gloo":
                         plan = hocc.last_plan(device="cpu")
                         ran[way] = plan.algo if plan is not None else way
