@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hocc
 import hocc.plan.crossover as crossover
-from hocc.engine.tuning import MAX_DEFER, TRY_WITHIN, Tuner
+from hocc.engine.tuning import CHECK_CALLS, CHECK_DEFER, MAX_DEFER, TRY_WITHIN, Tuner
 from hocc.engine.tuning_file import TuningFile
 from hocc.plan.crossover import Crossover, Pick, bucket_count, bucket_of, model_pick
 from hocc.plan.planner import PlannerConfig, predict_all
@@ -140,8 +140,11 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     tuner = _tuner(lambda v: v)
     pick, trial = tuner.pick("all_reduce", 1 << 18, 4, "float32")  # 1 MiB on 2x4: ho_ring 1.5x below the rest, settled
     want = model_pick("all_reduce", 1 << 18, 4, TOPO, CPU)
-    assert trial is None and (pick.algo, pick.chunks) == (want.algo, want.chunks) and "not measured" in pick.why
-    assert tuner.decided()[("all_reduce", "float32", bucket_of(1 << 20))] == pick
+    assert trial is None and (pick.algo, pick.chunks) == (want.algo, want.chunks) and "no other within" in pick.why
+    price = predict_all("all_reduce", 1 << 18, 4, TOPO, CPU)[want.algo].seconds
+    decided, _ = _to_decision(tuner, 1 << 18, lambda p: price)  # it runs as priced: its check keeps it
+    assert (decided.algo, decided.chunks) == (want.algo, want.chunks) and "checked" in decided.why, decided
+    assert tuner.decided()[("all_reduce", "float32", bucket_of(1 << 20))] == decided
     topo = parse_spec("4x2@nic=200mbit")  # 256 KiB: native, ring and ho_ring priced within TRY_WITHIN
     cfg = planner_settings(PlannerConfig(), "cpu", topo)
     close = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
@@ -149,11 +152,14 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     best = min(p.seconds for p in preds.values())
     rivals = {(a, p.chunks if a == "ho_ring" else None) for a, p in preds.items() if p.seconds <= best * TRY_WITHIN}
     assert len(rivals) >= 2, preds
+    model = model_pick("all_reduce", 1 << 16, 4, topo, cfg)
     seen, before = [], 0
     while True:
         pick, trial = close.pick("all_reduce", 1 << 16, 4, "float32")
-        if trial is None and not seen:  # before the trials: the model's pick, as an ordinary call
-            assert "measured from" in pick.why, pick
+        if (trial is None or trial.bucket.check) and not seen:  # before the trials: the model's pick, checked
+            assert (pick.algo, pick.chunks) == (model.algo, model.chunks), pick
+            if trial is not None:
+                close.measured(trial, preds[model.algo].seconds)  # as priced: the rivals' trials follow
             before += 1
             continue
         if trial is None:
@@ -162,7 +168,72 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
         close.measured(trial, 0.01 if pick.algo == "native" else 0.02)
     assert set(seen) == rivals and len(seen) <= 50, seen  # the model's rivals only, each at the model's K
     assert pick.algo == "native" and pick.why.startswith("measured:")
-    assert before == close._buckets[("all_reduce", "float32", bucket_of(1 << 18))].deferred > 0
+    b = close._buckets[("all_reduce", "float32", bucket_of(1 << 18))]
+    assert before == b.made + b.deferred and b.made > CHECK_CALLS
+
+
+def _to_decision(tuner: Tuner, count: int, took: object) -> tuple[Pick, list[tuple[str, int | None, bool]]]:
+    """Calls of one all_reduce size until its bucket is decided, each trial taking took(pick) seconds:
+    the decision, and every call's (algo, chunks, trial?)."""
+    calls: list[tuple[str, int | None, bool]] = []
+    key = ("all_reduce", "float32", bucket_of(count * 4))
+    while key not in tuner.decided():
+        assert len(calls) < 500, calls[-10:]
+        pick, trial = tuner.pick("all_reduce", count, 4, "float32")
+        calls.append((pick.algo, pick.chunks, trial is not None))
+        if trial is not None:
+            tuner.measured(trial, took(pick))  # type: ignore[operator]
+    return tuner.decided()[key], calls
+
+
+def test_a_lone_pick_is_checked_once() -> None:
+    """A bucket the model settles alone runs its pick; after calls worth CHECK_S (at least one: the set-up,
+    at most CHECK_DEFER) CHECK_CALLS of them are timed, the first after a barrier, the ranks agree once, and a
+    pick that ran within CHECK_RATIO of its price is kept: no other algorithm ran."""
+    agreed: list[list[float]] = []
+
+    def agree(v: list[float]) -> list[float]:
+        agreed.append(v)
+        return v
+
+    for count in (1, 1 << 18, 1 << 24):  # 4 B, 1 MiB, 64 MiB on 2x4: the model settles each alone
+        agreed.clear()
+        tuner = _tuner(agree)
+        want = model_pick("all_reduce", count, 4, TOPO, CPU)
+        price = predict_all("all_reduce", count, 4, TOPO, CPU)[want.algo].seconds
+        decided, calls = _to_decision(tuner, count, lambda p, price=price: price * 1.5)
+        assert {(a, k) for a, k, _ in calls} == {(want.algo, want.chunks)}, calls  # nothing else ran
+        timed = [i for i, c in enumerate(calls) if c[2]]
+        assert len(timed) == CHECK_CALLS and timed[-1] == len(calls) - 1, calls
+        assert 1 <= timed[0] <= CHECK_DEFER and len(agreed) == 1 and len(agreed[0]) == 1, (timed, agreed)
+        assert decided.why.endswith(f"{price * 1.5e3:.3f} ms measured, {price * 1e3:.3f} ms priced)"), decided
+        assert tuner.settled("all_reduce", count, 4, "float32") and tuner.trial_calls(
+            ("all_reduce", "float32", bucket_of(count * 4))) == CHECK_CALLS
+    bucket = tuner._buckets[("all_reduce", "float32", bucket_of(1 << 26))]
+    assert bucket.schedule[0] == (0, True, True)  # the check's first call starts after a barrier
+
+
+def test_a_model_priced_for_the_wrong_links_measures_every_algorithm() -> None:
+    """HOCC_TOPOLOGY says 10 Gbit/s where the links carry 200 Mbit/s: the check finds the pick far slower than
+    priced, and the bucket runs trials between every algorithm the model can price; the fastest measured wins,
+    and their times refit the model (later buckets are priced from the links as measured)."""
+    wrong = parse_spec("2x4@nic=10gbit")
+    cfg = planner_settings(PlannerConfig(), "cpu", wrong)
+    tuner = Tuner(wrong, cfg, "cpu", True, lambda v: v, None, "k", True)
+    count = 1 << 14  # 64 KiB
+    model = model_pick("all_reduce", count, 4, wrong, cfg)
+    price = predict_all("all_reduce", count, 4, wrong, cfg)[model.algo].seconds
+    best = next(a for a in ("native", "ring", "ho_ring") if a != model.algo)
+    decided, calls = _to_decision(tuner, count, lambda p: 0.002 if p.algo == best else price * 20)
+    assert decided.algo == best and decided.why.startswith("measured:"), decided
+    ran = {a for a, _, t in calls if t}
+    assert ran >= {"native", "ring", "ho_ring", model.algo}, ran  # every algorithm, not only the model's rivals
+    assert len(calls) <= 50, len(calls)  # decided within a short job's first 50 calls of the size
+    assert tuner.model_topo is wrong  # one size cannot refit the model
+    count = 1 << 18  # a second size, also found wrong: the two sizes' times refit it
+    price = predict_all("all_reduce", count, 4, wrong, cfg)[model_pick("all_reduce", count, 4, wrong, cfg).algo].seconds
+    decided, _ = _to_decision(tuner, count, lambda p: 0.02 if p.algo == best else price * 20)
+    assert decided.algo == best and tuner.model_topo is not wrong
 
 
 def test_a_short_job_pays_nothing_for_measuring() -> None:
@@ -175,17 +246,20 @@ def test_a_short_job_pays_nothing_for_measuring() -> None:
     for size in (1 << 14, 1 << 20):  # 64 KiB and 4 MiB all_reduce: both measured on the 4x2
         tuner = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
         model = model_pick("all_reduce", size, 4, topo, cfg)
+        preds = predict_all("all_reduce", size, 4, topo, cfg)
         n = 0
-        while True:
+        while True:  # the pick's calls (its check's among them, timed as priced) until the rivals' first trial
             pick, trial = tuner.pick("all_reduce", size, 4, "float32")
-            if trial is not None:
+            if trial is not None and not trial.bucket.check:
                 break
             assert (pick.algo, pick.chunks) == (model.algo, model.chunks), (size, pick)
+            if trial is not None:
+                tuner.measured(trial, preds[model.algo].seconds)
             n += 1
         b = tuner._buckets[("all_reduce", "float32", bucket_of(size * 4))]
-        preds = predict_all("all_reduce", size, 4, topo, cfg)
         trials = sum(preds[b.candidates[i].algo].seconds for i, _, _ in b.schedule + [e for r in b.later for e in r])
-        assert n == b.deferred and n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
+        assert n == b.made + b.deferred and b.made >= CHECK_CALLS + 1
+        assert n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
         assert not any(i == b.candidates.index(Pick(model.algo, model.chunks, "trial")) and not t for i, t, _ in
                        b.schedule), "the pick's calls before the trials set it up: no warm-up of its own"
         waits[size] = n

@@ -3,9 +3,13 @@ decided by the cost model, and by timing its top candidates on the cluster the
 job runs on where the model cannot tell them apart.
 
 The candidates of a bucket are the algorithms the model prices within
-TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Where
-that is the pick alone (the usual case), the bucket is settled by the model at
-its first call and costs nothing. Otherwise its first calls are trials: each
+TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Every
+bucket runs the pick first, and checks it once (CHECK_CALLS of its calls
+timed, after calls worth CHECK_S): a pick slower than CHECK_RATIO x its price
+means the model is wrong for this cluster (links described wrongly), and the
+bucket then runs trials between every algorithm the model can price. Where
+the pick passes and is the only candidate (the usual case), the bucket is
+settled by the model and costs a barrier and an agreement. Otherwise its first calls are trials: each
 candidate runs a warm-up call the first time this engine runs it
 (communicator set-up is not timed), then three interleaved rounds, each a
 burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
@@ -84,6 +88,21 @@ ONE_ROUND_ABOVE_S = 0.25
 # communicators: 81-200 ms on the emulated 4x2, bench/results/auto-sweep); at most MAX_DEFER calls first.
 SET_UP_S = 0.15
 MAX_DEFER = 200
+# Where the model's prices are wrong, its candidates are too. So every bucket's first measured round is also
+# a check of the model: if even the fastest candidate's agreed time is above CHECK_RATIO x its price, the
+# model is wrong for this cluster (links described wrongly: HOCC_TOPOLOGY's rates), and the bucket runs trials
+# between every algorithm the model can price instead, whose times refit it. A bucket the model settles alone
+# is checked the same way, once: after its pick's calls have cost CHECK_S (about what the check's barrier and
+# agreement cost on a slow cluster; at least one call, the set-up), CHECK_CALLS of them are timed in one burst.
+# The model's own error on the clusters it is made for stays well within that ratio
+# (bench/results/model-picks.md); a wrong link rate is off by its factor (10 Gbit/s described, 200 Mbit/s
+# there: 50x on the bytes).
+# The calls before a check: at most CHECK_DEFER (a model priced for the wrong links under-prices them, and the
+# trials a failed check starts should end within a short job's first 50 calls of the size).
+CHECK_CALLS = 3
+CHECK_RATIO = 2.0
+CHECK_S = 0.02
+CHECK_DEFER = 16
 
 
 @dataclass
@@ -107,6 +126,11 @@ class _Bucket:
     times: dict[int, list[float]] = field(default_factory=dict)
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
     decided: Pick | None = None
+    prices: list[float] = field(default_factory=list)  # the model's, per candidate (seconds)
+    check: bool = False  # a check of the model's pick (its one candidate), not trials
+    rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN: trials follow a passed check
+    replan: str | None = None  # (a check, ended) what the next call plans: 'trials' (the rivals) or 'wide'
+    made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -179,22 +203,27 @@ class Tuner:
             return self.table(collective, elem_size).pick(count * elem_size), None
         b = self._buckets.get(key)
         if b is None:
-            # a decision refits the model that plans trials: wait for every decision already due (all its
-            # trials issued), so that every rank plans this bucket with the same model whatever its worker's pace
-            for other in list(self._buckets.values()):
-                if other.due():
-                    self._wait_cut(other, gone)
-                    if other.due():
-                        self._wait(other, gone)
+            self._wait_due(gone)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
             if b.decided is not None:  # settled by the model: no trials
                 with self._lock:
                     self._decided[key] = b.decided
-        if b.ran_first < b.deferred and b.first is not None:  # not worth measuring yet: an ordinary call
-            b.ran_first += 1
-            return b.first, None
-        if b.due():  # the first round issued: wait for the cut, which may decide
-            self._wait_cut(b, gone)
+        while True:
+            if b.ran_first < b.deferred and b.first is not None:  # not worth measuring yet: an ordinary call
+                b.ran_first += 1
+                return b.first, None
+            if b.due():  # the first round issued: wait for the cut, which may decide
+                self._wait_cut(b, gone)
+            if b.replan is None:
+                break
+            # its check ended: the model's rivals (their trials when worth it), or every algorithm (the model
+            # is wrong here), planned at the same call on every rank
+            self._wait_due(gone)
+            made = b.made + b.ran_first + len(b.schedule)
+            b = self._buckets[key] = self._plan_trials(collective, count, elem_size, b.replan, made)
+            if b.decided is not None:
+                with self._lock:
+                    self._decided[key] = b.decided
         if b.due():  # every trial issued: wait for the worker's decision
             return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
@@ -215,6 +244,16 @@ class Tuner:
         with self._lock:
             known = self._decided.get((collective, dtype, bucket_of(count * elem_size)))
         return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
+
+    def _wait_due(self, gone: Callable[[], str | None]) -> None:
+        """Before a bucket's trials are planned: a decision refits the model that plans them, so wait for
+        every decision already due (all its trials issued), and every rank plans with the same model
+        whatever its worker's pace."""
+        for other in list(self._buckets.values()):
+            if other.due():
+                self._wait_cut(other, gone)
+                if other.due() and other.replan is None:  # an ended check is planned again at its next call
+                    self._wait(other, gone)
 
     @staticmethod
     def _wait_cut(b: _Bucket, gone: Callable[[], str | None]) -> None:
@@ -243,13 +282,17 @@ class Tuner:
                                                                       self.model_cfg)
             return t
 
-    def _plan_trials(self, collective: str, count: int, elem_size: int) -> _Bucket:
-        """The bucket's candidates and trial schedule; one the model settles
-        (no other candidate priced within self.within of its pick) comes
-        back decided, with no schedule."""
+    def _plan_trials(self, collective: str, count: int, elem_size: int, mode: str = "check",
+                     made: int = 0) -> _Bucket:
+        """A bucket's plan. 'check' (a bucket's first): its model pick's calls, then a check of them
+        (CHECK_CALLS timed); decided at once where there is nothing to check (hocc tune's, which measures
+        everything). 'trials' (a passed check's, the model priced rivals within self.within of its pick):
+        their schedule, after the pick's calls worth it (`made` of them made already). 'wide' (a failed
+        check's): trials between every algorithm the model can price, at once."""
+        wide = mode == "wide" or self.depths
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
         model = model_pick(collective, count, elem_size, self.model_topo, self.model_cfg)
-        bar = preds[model.algo].seconds * self.within
+        bar = preds[model.algo].seconds * (math.inf if wide else self.within)
         cands = []
         for name, pred in preds.items():  # the algorithms that can run and the model cannot rule out
             if name != model.algo and not pred.seconds <= bar:
@@ -265,6 +308,17 @@ class Tuner:
             if self.base.chunks is not None:  # HOCC_CHUNKS fixes K
                 ks = {self.base.chunks}
             cands += [Pick(name, k, "trial") for k in sorted(ks)]
+        price = preds[model.algo].seconds
+        if mode == "check" and not self.depths:
+            # its pick's calls until they have cost CHECK_S (the first sets it up), then CHECK_CALLS timed
+            first = min(CHECK_DEFER, max(1, math.ceil(CHECK_S / max(price, 1e-6))))
+            rivals = "no other within" if len(cands) == 1 else "rivals within"
+            self._warm.add((collective, model.algo))
+            b = _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
+                        count, elem_size, collective, deferred=first, prices=[price], check=True,
+                        rivals=len(cands) > 1, first=Pick(model.algo, model.chunks, f"{model.why} ({rivals} "
+                                                          f"{self.within:g}x; checked from its call {first + 1})"))
+            return b
         if len(cands) == 1:
             b = _Bucket(cands, [], count, elem_size, collective, decided=Pick(
                 model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x: not measured)"))
@@ -274,7 +328,7 @@ class Tuner:
         # burst of back-to-back calls started together (how a loop of such calls runs); the rounds after the
         # first are the cut's to schedule
         # (by default) the calls before them run the model's pick, which sets up its communicators on the way
-        defer = not self.depths
+        defer = not wide
         if defer:
             self._warm.add((collective, model.algo))
         schedule: list[tuple[int, bool, bool]] = []
@@ -287,12 +341,14 @@ class Tuner:
                     self._warm.add((collective, c.algo))
                     schedule.append((i, False, False))
         per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
-        b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:])
+        b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:],
+                    prices=[_predicted(preds, c) for c in cands], made=made)
         if defer:
             cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
             cost += SET_UP_S * set_ups
-            b.deferred = min(MAX_DEFER, math.ceil(cost / max(preds[model.algo].seconds, 1e-6)))
-            b.first = Pick(model.algo, model.chunks, f"{model.why} (measured from this size's call {b.deferred + 1})")
+            b.deferred = max(0, min(MAX_DEFER, math.ceil(cost / max(price, 1e-6))) - made)
+            b.first = Pick(model.algo, model.chunks,
+                           f"{model.why} (measured from this size's call {made + b.deferred + 1})")
         return b
 
     # -- the worker's side (call order) ------------------------------------------
@@ -323,6 +379,9 @@ class Tuner:
         """After the first round: keep the candidates within KEEP_WITHIN of the
         fastest for the later rounds, or decide now (one left, or no later round)."""
         first = self._agreed(b, list(range(len(b.candidates))))
+        if b.check:
+            self._checked(key, b, first[0])
+            return
         fastest = min(first.values())
         keep = [i for i, t in first.items() if t <= fastest * KEEP_WITHIN]
         if len(keep) == 1 or not b.later:
@@ -330,6 +389,24 @@ class Tuner:
             return
         b.agreed = {i: t for i, t in first.items() if i not in keep}  # the dropped keep their first round's time
         b.schedule = b.schedule + [e for r in b.later for e in r if e[0] in keep]
+        b.cut.set()
+
+    def _checked(self, key: tuple[str, str, int], b: _Bucket, took: float) -> None:
+        """A check's agreed time: the model is wrong here (every algorithm's trials next), or right (its
+        pick kept, or its rivals' trials next)."""
+        price = b.prices[0]
+        if took > price * CHECK_RATIO:
+            log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring every "
+                     "algorithm", key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
+            b.replan = "wide"
+        elif b.rivals:
+            b.replan = "trials"
+        else:
+            pick = b.candidates[0]  # its why: the model's
+            b.decided = Pick(pick.algo, pick.chunks, f"{pick.why} (no other within {self.within:g}x; checked: "
+                                                     f"{took * 1e3:.3f} ms measured, {price * 1e3:.3f} ms priced)")
+            with self._lock:
+                self._decided[key] = b.decided
         b.cut.set()
 
     def _decide(self, key: tuple[str, str, int], b: _Bucket, last: dict[int, float]) -> None:
@@ -379,7 +456,7 @@ class Tuner:
         """How many calls a bucket's trials take (warm-ups included; 0: the
         model settled it; None: no call of it yet, or it came from the tuning file)."""
         b = self._buckets.get(key)
-        return None if b is None else len(b.schedule)
+        return None if b is None else b.made + len(b.schedule)
 
     def calls_before_trials(self, key: tuple[str, str, int]) -> int | None:
         """How many of a bucket's calls run the model's pick before its trials (None: no call of it yet)."""
