@@ -1,6 +1,7 @@
 """Large calls timed as a training job meets them: torch processes, one per
 rank (one thread each), each sample (a call, or --burst calls back to back:
-small ones) begun together after a barrier (each library's own), gloo's own
+small ones) begun together after a barrier (each library's own; the ways'
+order rotates from sample to sample), gloo's own
 call interleaved with hocc's algorithms call by call, fresh-looking tensors
 (the same ones reused, as a training loop reuses its buckets), medians of
 --iters after --warmup, the slowest rank's time. Run one process per rank
@@ -91,7 +92,7 @@ def main() -> None:
             sent: dict[str, list[int]] = {w: [] for w in ways}  # bytes rank 0's host NIC sent per call
             ran: dict[str, str] = {}
             for it in range(n_warm + n_iter):
-                for way in ways:
+                for way in ways[it % len(ways):] + ways[:it % len(ways)]:  # rotated: no way always follows gloo's
                     tx0 = nic_tx_bytes() if rank == 0 else None
                     if way == "gloo":  # each library's own barrier, as Open MPI's side uses MPI_Barrier: gloo's
                         dist.barrier()  # leaves the ranks milliseconds apart on the emulated cluster, and that
