@@ -3,13 +3,13 @@ decided by the cost model, and by timing its top candidates on the cluster the
 job runs on where the model cannot tell them apart.
 
 The candidates of a bucket are the algorithms the model prices within
-TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Every
-bucket runs the pick first, and checks it once (CHECK_CALLS of its calls
-timed, after calls worth CHECK_S): a pick slower than CHECK_RATIO (4) x its price
-means the model is wrong for this cluster (links described wrongly), and the
-bucket then runs trials between every algorithm the model can price. Where
-the pick passes and is the only candidate (the usual case), the bucket is
-settled by the model and costs a barrier and an agreement. Otherwise its first calls are trials: each
+TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Where
+that is the pick alone (the usual case), the bucket runs it and checks it
+once (CHECK_CALLS of its calls timed, after calls worth CHECK_S): within
+CHECK_RATIO (4) x its price the bucket is settled by the model, at the cost
+of a barrier and an agreement; slower, the model is wrong for this cluster
+(links described wrongly) and the bucket runs trials between every algorithm
+the model can price. Otherwise its first calls are trials: each
 candidate runs a warm-up call the first time this engine runs it
 (communicator set-up is not timed), then three interleaved rounds, each a
 burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
@@ -88,15 +88,18 @@ ONE_ROUND_ABOVE_S = 0.25
 # communicators: 81-200 ms on the emulated 4x2, bench/results/auto-sweep); at most MAX_DEFER calls first.
 SET_UP_S = 0.15
 MAX_DEFER = 200
-# Where the model's prices are wrong, its candidates are too. So every bucket checks the model once, first:
-# after its pick's calls have cost CHECK_S (about what the check's barrier and agreement cost on a slow
-# cluster; at least one call, the set-up), CHECK_CALLS of them are timed in one burst, and if the slowest
-# rank's fastest of them is above CHECK_RATIO x the pick's price, the model is wrong for this cluster (links
-# described wrongly: HOCC_TOPOLOGY's rates) and the bucket runs trials between every algorithm the model can
-# price, whose times refit it. Why 4x: on the emulated 2x4 (8 ranks, 2 cores) latency-bound calls run up to
-# about 3x the model's price when every call follows a barrier (bench/results/auto-sweep), while a wrong link
-# rate is off by its factor where bytes count (10 Gbit/s described on 200 Mbit/s: host_rails at 64 KiB priced
-# 0.92 ms, 10 ms measured; native at 1 MiB on 4x2 priced 2 ms, about 80 ms).
+# Where the model's prices are wrong, a bucket it settles alone would never be measured. So such a bucket
+# checks the model once: after its pick's calls have cost CHECK_S (about what the check's barrier and
+# agreement cost on a slow cluster; at least one call, the set-up), CHECK_CALLS of them are timed in one burst,
+# and if the slowest rank's fastest of them is above CHECK_RATIO x the pick's price, the model is wrong for
+# this cluster (links described wrongly: HOCC_TOPOLOGY's rates) and the bucket runs trials between every
+# algorithm the model can price, whose times refit it. (A bucket with rivals measures them anyway: checking it
+# first, and widening its trials to every algorithm, cost more than it won in the sweep with wrong links:
+# auto's first 50 calls at 64 KiB all_reduce 1.89x native's, against 0.92x with the rivals' trials alone.)
+# Why 4x: on the emulated 2x4 (8 ranks, 2 cores) latency-bound calls run up to about 3x the model's price
+# when every call follows a barrier (bench/results/auto-sweep), while a wrong link rate is off by its factor
+# where bytes count (10 Gbit/s described on 200 Mbit/s: host_rails at 64 KiB priced 0.92 ms, 10 ms measured;
+# native at 1 MiB on 4x2 priced 2 ms, about 80 ms).
 # The calls before a check: at most CHECK_DEFER (a model priced for the wrong links under-prices them, and the
 # trials a failed check starts should end within a short job's first 50 calls of the size).
 CHECK_CALLS = 3
@@ -127,9 +130,8 @@ class _Bucket:
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
     decided: Pick | None = None
     prices: list[float] = field(default_factory=list)  # the model's, per candidate (seconds)
-    check: bool = False  # a check of the model's pick (its one candidate), not trials
-    rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN: trials follow a passed check
-    replan: str | None = None  # (a check, ended) what the next call plans: 'trials' (the rivals) or 'wide'
+    check: bool = False  # a check of the model's lone pick (its one candidate), not trials
+    replan: str | None = None  # (a check that found the model wrong) the next call plans 'wide' trials
     made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
@@ -216,8 +218,8 @@ class Tuner:
                 self._wait_cut(b, gone)
             if b.replan is None:
                 break
-            # its check ended: the model's rivals (their trials when worth it), or every algorithm (the model
-            # is wrong here), planned at the same call on every rank
+            # its check found the model wrong here: trials between every algorithm, planned at the same call
+            # on every rank
             self._wait_due(gone)
             made = b.made + b.ran_first + len(b.schedule)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size, b.replan, made)
@@ -282,13 +284,12 @@ class Tuner:
                                                                       self.model_cfg)
             return t
 
-    def _plan_trials(self, collective: str, count: int, elem_size: int, mode: str = "check",
+    def _plan_trials(self, collective: str, count: int, elem_size: int, mode: str = "",
                      made: int = 0) -> _Bucket:
-        """A bucket's plan. 'check' (a bucket's first): its model pick's calls, then a check of them
-        (CHECK_CALLS timed); decided at once where there is nothing to check (hocc tune's, which measures
-        everything). 'trials' (a passed check's, the model priced rivals within self.within of its pick):
-        their schedule, after the pick's calls worth it (`made` of them made already). 'wide' (a failed
-        check's): trials between every algorithm the model can price, at once."""
+        """A bucket's plan: trials between the model's pick and its rivals (priced within self.within),
+        after the pick's calls worth them. The pick alone: a check of it (its calls, then CHECK_CALLS timed);
+        hocc tune's (measure_all) is decided at once. 'wide' (a failed check's, `made` calls made already):
+        trials between every algorithm the model can price, at once."""
         wide = mode == "wide" or self.depths
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
         model = model_pick(collective, count, elem_size, self.model_topo, self.model_cfg)
@@ -309,16 +310,14 @@ class Tuner:
                 ks = {self.base.chunks}
             cands += [Pick(name, k, "trial") for k in sorted(ks)]
         price = preds[model.algo].seconds
-        if mode == "check" and not self.depths:
+        if len(cands) == 1 and not wide:
             # its pick's calls until they have cost CHECK_S (the first sets it up), then CHECK_CALLS timed
             first = min(CHECK_DEFER, max(1, math.ceil(CHECK_S / max(price, 1e-6))))
-            rivals = "no other within" if len(cands) == 1 else "rivals within"
             self._warm.add((collective, model.algo))
-            b = _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
-                        count, elem_size, collective, deferred=first, prices=[price], check=True,
-                        rivals=len(cands) > 1, first=Pick(model.algo, model.chunks, f"{model.why} ({rivals} "
-                                                          f"{self.within:g}x; checked from its call {first + 1})"))
-            return b
+            return _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
+                           count, elem_size, collective, deferred=first, prices=[price], check=True,
+                           first=Pick(model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x; "
+                                                                f"checked from its call {first + 1})"))
         if len(cands) == 1:
             b = _Bucket(cands, [], count, elem_size, collective, decided=Pick(
                 model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x: not measured)"))
@@ -395,14 +394,12 @@ class Tuner:
 
     def _checked(self, key: tuple[str, str, int], b: _Bucket, took: float) -> None:
         """A check's agreed time: the model is wrong here (every algorithm's trials next), or right (its
-        pick kept, or its rivals' trials next)."""
+        pick kept)."""
         price = b.prices[0]
         if took > price * CHECK_RATIO:
             log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring every "
                      "algorithm", key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
             b.replan = "wide"
-        elif b.rivals:
-            b.replan = "trials"
         else:
             pick = b.candidates[0]  # its why: the model's
             b.decided = Pick(pick.algo, pick.chunks, f"{pick.why} (no other within {self.within:g}x; checked: "
