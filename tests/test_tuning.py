@@ -152,11 +152,14 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
     best = min(p.seconds for p in preds.values())
     rivals = {(a, p.chunks if a == "ho_ring" else None) for a, p in preds.items() if p.seconds <= best * TRY_WITHIN}
     assert len(rivals) >= 2, preds
+    model = model_pick("all_reduce", 1 << 16, 4, topo, cfg)
     seen, before = [], 0
     while True:
         pick, trial = close.pick("all_reduce", 1 << 16, 4, "float32")
-        if trial is None and not seen:  # before the trials: the model's pick, as an ordinary call
-            assert "measured from" in pick.why, pick
+        if (trial is None or trial.bucket.check) and not seen:  # before the trials: the model's pick, checked
+            assert (pick.algo, pick.chunks) == (model.algo, model.chunks), pick
+            if trial is not None:
+                close.measured(trial, preds[model.algo].seconds)  # as priced: the rivals' trials when worth it
             before += 1
             continue
         if trial is None:
@@ -165,7 +168,8 @@ def test_the_model_settles_what_it_can_tell_apart() -> None:
         close.measured(trial, 0.01 if pick.algo == "native" else 0.02)
     assert set(seen) == rivals and len(seen) <= 50, seen  # the model's rivals only, each at the model's K
     assert pick.algo == "native" and pick.why.startswith("measured:")
-    assert before == close._buckets[("all_reduce", "float32", bucket_of(1 << 18))].deferred > 0
+    b = close._buckets[("all_reduce", "float32", bucket_of(1 << 18))]
+    assert before == b.made + b.deferred and b.deferred > 0 and b.made > CHECK_CALLS
 
 
 def _to_decision(tuner: Tuner, count: int, took: object) -> tuple[Pick, list[tuple[str, int | None, bool]]]:
@@ -233,6 +237,20 @@ def test_a_model_priced_for_the_wrong_links_measures_every_algorithm() -> None:
     assert decided.algo == best and tuner.model_topo is not wrong
 
 
+def test_a_model_found_wrong_measures_its_rivals_at_once() -> None:
+    """With the links described wrongly, a bucket with rivals does not wait for its trials by the wrong
+    prices: its check finds the pick far slower than priced, and the rivals' trials start at once."""
+    wrong = parse_spec("2x4@nic=10gbit")
+    cfg = planner_settings(PlannerConfig(), "cpu", wrong)
+    tuner = Tuner(wrong, cfg, "cpu", True, lambda v: v, None, "k", True)
+    count = 1 << 14  # 64 KiB: host_rails priced 0.92 ms, ho_ring within 1.25x; host_rails runs 10 ms
+    model = model_pick("all_reduce", count, 4, wrong, cfg)
+    assert model.algo == "host_rails", model
+    decided, calls = _to_decision(tuner, count, lambda p: 0.010 if p.algo == "host_rails" else 0.0025)
+    assert decided.algo == "ho_ring" and len(calls) <= 40, (decided, len(calls))
+    assert {a for a, _, t in calls if t} == {"host_rails", "ho_ring"}  # the rivals only
+
+
 def test_a_short_job_pays_nothing_for_measuring() -> None:
     """A bucket's trials start only once its calls, on the model's pick, have cost what the trials would
     (their calls at the model's prices and SET_UP_S per candidate not run yet): before that every call is an
@@ -243,17 +261,20 @@ def test_a_short_job_pays_nothing_for_measuring() -> None:
     for size in (1 << 14, 1 << 20):  # 64 KiB and 4 MiB all_reduce: both measured on the 4x2
         tuner = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
         model = model_pick("all_reduce", size, 4, topo, cfg)
+        preds = predict_all("all_reduce", size, 4, topo, cfg)
         n = 0
-        while True:
+        while True:  # the pick's calls (its check's among them, timed as priced) until the rivals' first trial
             pick, trial = tuner.pick("all_reduce", size, 4, "float32")
-            if trial is not None:
+            if trial is not None and not trial.bucket.check:
                 break
             assert (pick.algo, pick.chunks) == (model.algo, model.chunks), (size, pick)
+            if trial is not None:
+                tuner.measured(trial, preds[model.algo].seconds)
             n += 1
         b = tuner._buckets[("all_reduce", "float32", bucket_of(size * 4))]
-        preds = predict_all("all_reduce", size, 4, topo, cfg)
         trials = sum(preds[b.candidates[i].algo].seconds for i, _, _ in b.schedule + [e for r in b.later for e in r])
-        assert n == b.deferred and n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
+        assert n == b.made + b.deferred and b.made >= CHECK_CALLS + 1
+        assert n * preds[model.algo].seconds >= min(trials, MAX_DEFER * preds[model.algo].seconds)
         assert not any(i == b.candidates.index(Pick(model.algo, model.chunks, "trial")) and not t for i, t, _ in
                        b.schedule), "the pick's calls before the trials set it up: no warm-up of its own"
         waits[size] = n

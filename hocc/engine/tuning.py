@@ -88,14 +88,16 @@ ONE_ROUND_ABOVE_S = 0.25
 # communicators: 81-200 ms on the emulated 4x2, bench/results/auto-sweep); at most MAX_DEFER calls first.
 SET_UP_S = 0.15
 MAX_DEFER = 200
-# Where the model's prices are wrong, a bucket it settles alone would never be measured. So such a bucket
-# checks the model once: after its pick's calls have cost CHECK_S (about what the check's barrier and
-# agreement cost on a slow cluster; at least one call, the set-up), CHECK_CALLS of them are timed in one burst,
-# and if the slowest rank's fastest of them is above CHECK_RATIO x the pick's price, the model is wrong for
-# this cluster (links described wrongly: HOCC_TOPOLOGY's rates) and the bucket runs trials between every
-# algorithm the model can price, whose times refit it. (A bucket with rivals measures them anyway: checking it
-# first, and widening its trials to every algorithm, cost more than it won in the sweep with wrong links:
-# auto's first 50 calls at 64 KiB all_reduce 1.89x native's, against 0.92x with the rivals' trials alone.)
+# Where the model's prices are wrong, a bucket it settles alone is never measured, and one with rivals waits
+# for its trials by those wrong prices (a model priced for 10 Gbit/s on 200 Mbit/s links waited 200 calls of
+# a pick 4x slower than its rival at 64 KiB all_reduce). So every bucket checks the model once, first: after
+# its pick's calls have cost CHECK_S (about what the check's barrier and agreement cost on a slow cluster; at
+# least one call, the set-up; at most CHECK_DEFER), CHECK_CALLS of them are timed in one burst, and if the
+# slowest rank's fastest of them is above CHECK_RATIO x the pick's price, the model is wrong for this cluster
+# (links described wrongly: HOCC_TOPOLOGY's rates): the bucket's trials start at once, between its rivals, or
+# between every algorithm the model can price where it saw none, and their times refit the model. (Widening
+# a bucket with rivals to every algorithm cost more than it won in the sweep with wrong links: auto's first
+# 50 calls at 64 KiB all_reduce 1.89x native's.)
 # Why 4x: on the emulated 2x4 (8 ranks, 2 cores) latency-bound calls run up to about 3x the model's price
 # when every call follows a barrier (bench/results/auto-sweep), while a wrong link rate is off by its factor
 # where bytes count (10 Gbit/s described on 200 Mbit/s: host_rails at 64 KiB priced 0.92 ms, 10 ms measured;
@@ -105,7 +107,7 @@ MAX_DEFER = 200
 CHECK_CALLS = 3
 CHECK_RATIO = 4.0
 CHECK_S = 0.02
-CHECK_DEFER = 16
+CHECK_DEFER = 4
 
 
 @dataclass
@@ -130,8 +132,9 @@ class _Bucket:
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
     decided: Pick | None = None
     prices: list[float] = field(default_factory=list)  # the model's, per candidate (seconds)
-    check: bool = False  # a check of the model's lone pick (its one candidate), not trials
-    replan: str | None = None  # (a check that found the model wrong) the next call plans 'wide' trials
+    check: bool = False  # a check of the model's pick (its one candidate), not trials
+    rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN of its pick
+    replan: str | None = None  # (a check, ended) what the next call plans: 'trials', 'now' or 'wide'
     made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
@@ -286,10 +289,11 @@ class Tuner:
 
     def _plan_trials(self, collective: str, count: int, elem_size: int, mode: str = "",
                      made: int = 0) -> _Bucket:
-        """A bucket's plan: trials between the model's pick and its rivals (priced within self.within),
-        after the pick's calls worth them. The pick alone: a check of it (its calls, then CHECK_CALLS timed);
-        hocc tune's (measure_all) is decided at once. 'wide' (a failed check's, `made` calls made already):
-        trials between every algorithm the model can price, at once."""
+        """A bucket's plan. First (mode ''): a check of the model's pick (its calls, then CHECK_CALLS timed);
+        hocc tune's (measure_all) plans trials between every algorithm instead, at once. After a check
+        (`made` calls made): 'trials', the pick and its rivals (priced within self.within) after the pick's
+        calls worth them; 'now', the same at once (the model is wrong here, so are its prices of waiting);
+        'wide', every algorithm the model can price, at once (it saw no rival)."""
         wide = mode == "wide" or self.depths
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
         model = model_pick(collective, count, elem_size, self.model_topo, self.model_cfg)
@@ -310,14 +314,15 @@ class Tuner:
                 ks = {self.base.chunks}
             cands += [Pick(name, k, "trial") for k in sorted(ks)]
         price = preds[model.algo].seconds
-        if len(cands) == 1 and not wide:
+        if not mode and not wide:
             # its pick's calls until they have cost CHECK_S (the first sets it up), then CHECK_CALLS timed
             first = min(CHECK_DEFER, max(1, math.ceil(CHECK_S / max(price, 1e-6))))
             self._warm.add((collective, model.algo))
+            rivals = "no other within" if len(cands) == 1 else "rivals within"
             return _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
                            count, elem_size, collective, deferred=first, prices=[price], check=True,
-                           first=Pick(model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x; "
-                                                                f"checked from its call {first + 1})"))
+                           rivals=len(cands) > 1, first=Pick(model.algo, model.chunks, f"{model.why} ({rivals} "
+                                                             f"{self.within:g}x; checked from its call {first + 1})"))
         if len(cands) == 1:
             b = _Bucket(cands, [], count, elem_size, collective, decided=Pick(
                 model.algo, model.chunks, f"{model.why} (no other within {self.within:g}x: not measured)"))
@@ -327,7 +332,7 @@ class Tuner:
         # burst of back-to-back calls started together (how a loop of such calls runs); the rounds after the
         # first are the cut's to schedule
         # (by default) the calls before them run the model's pick, which sets up its communicators on the way
-        defer = not wide
+        defer = mode == "trials"
         if defer:
             self._warm.add((collective, model.algo))
         schedule: list[tuple[int, bool, bool]] = []
@@ -393,13 +398,15 @@ class Tuner:
         b.cut.set()
 
     def _checked(self, key: tuple[str, str, int], b: _Bucket, took: float) -> None:
-        """A check's agreed time: the model is wrong here (every algorithm's trials next), or right (its
-        pick kept)."""
+        """A check's agreed time: the model is wrong here (trials next, at once: its rivals', or every
+        algorithm's where it saw none), or right (its pick kept, or its rivals' trials when worth them)."""
         price = b.prices[0]
         if took > price * CHECK_RATIO:
-            log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring every "
-                     "algorithm", key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
-            b.replan = "wide"
+            log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring now",
+                     key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
+            b.replan = "now" if b.rivals else "wide"
+        elif b.rivals:
+            b.replan = "trials"
         else:
             pick = b.candidates[0]  # its why: the model's
             b.decided = Pick(pick.algo, pick.chunks, f"{pick.why} (no other within {self.within:g}x; checked: "
