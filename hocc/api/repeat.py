@@ -21,7 +21,9 @@ from hocc.engine.engine import Engine
 from hocc.engine.prepared import Prepared
 
 _SIZE = 256  # shapes kept (oldest out): as many as an engine's plan cache
-_known: dict[tuple[Any, ...], tuple[weakref.ref[Engine], Prepared, object]] = {}
+# weakly: a closed engine lets go of its prepared calls, and with them its executor and transport (gloo frees
+# a group's threads and sockets only with the last reference); the op object strongly, so its id is not reused
+_known: dict[tuple[Any, ...], tuple[weakref.ref[Engine], weakref.ref[Prepared], object]] = {}
 
 
 def run_known(collective: str, inp: torch.Tensor, out: torch.Tensor, op: object,
@@ -34,10 +36,11 @@ def run_known(collective: str, inp: torch.Tensor, out: torch.Tensor, op: object,
         return False
     if hit is None:
         return False
-    ref, prepared, known_op = hit
-    eng = ref()
+    eng_ref, prepared_ref, known_op = hit
+    eng, prepared = eng_ref(), prepared_ref()
     g = group if group is not None else dist.group.WORLD  # the world of now (it may have been made again)
-    if (eng is None or g is None or eng.group is not g or known_op is not op  # ids are reused: the objects
+    if (eng is None or prepared is None or g is None or eng.group is not g
+            or known_op is not op  # ids are reused: the objects
             or not (inp.is_cpu and out.is_cpu and inp.is_contiguous() and out.is_contiguous()
                     and out.dtype is inp.dtype)):
         return False
@@ -55,10 +58,9 @@ def learn(collective: str, inp: torch.Tensor, out: torch.Tensor, op: object, gro
         return
     try:
         key = (collective, id(group), id(op), algo, inp.dtype, inp.numel(), out.numel())
-        if key in _known:
-            del _known[key]
-        elif len(_known) >= _SIZE:
-            del _known[next(iter(_known))]
-        _known[key] = (weakref.ref(eng), prepared, op)  # the op held: its id is not reused while kept
+        _known.pop(key, None)
+        if len(_known) >= _SIZE:
+            _known.pop(next(iter(_known)), None)  # oldest out
+        _known[key] = (weakref.ref(eng), weakref.ref(prepared), op)
     except TypeError:  # an algo that is not hashable
         return

@@ -162,7 +162,8 @@ class Engine:
                            dtype: str) -> tuple[Compiled, Trial | None]:
         """_compiled, answered from _ready where a call of this shape can no longer run anything else."""
         if cfg is not self._ready_cfg:
-            self._ready, self._prepared, self._ready_cfg = {}, {}, cfg
+            self._drop_prepared()
+            self._ready, self._ready_cfg = {}, cfg
         key = (collective, count, elem_size, algo, dtype)
         entry = self._ready.get(key)
         if entry is not None:
@@ -279,7 +280,7 @@ class Engine:
         if self.closed is not None or self.failed is not None:
             return
         if len(self._prepared) >= self.plans.size:
-            self._prepared.pop(next(iter(self._prepared)))
+            self._prepared.pop(next(iter(self._prepared))).run = None  # oldest out
         cpp_call = call.cpp() if cfg.check != "off" else None
         run = load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op, cpp_call)
         self._prepared[key] = Prepared(key, run, entry, call.collective, call.count, call.dtype, key[3].itemsize,
@@ -307,13 +308,22 @@ class Engine:
         note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:
             self.recorder.made(seq, p.collective, p.count, p.dtype, p.elem_size, p.op, p.entry, time.time_ns())
-        try:
+        if p.run is None:  # dropped since it was looked up: the engine failed or closed
+            raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        try:  # p.run read here, not kept in a local: a caught error's frames must not hold the executor
             if p.run.run_here(inp.data_ptr(), out.data_ptr(), seq):
                 return None
         except (load().HoccNativeError, load().HoccMismatchError) as e:
             raise self._run_failed(p.call(seq), cfg, e) from e
         self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
         return self._run_plain(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False)
+
+    def _drop_prepared(self) -> None:
+        """Forget the prepared calls, and let go of their C++ runs, each of which holds the executor (and
+        through it the transport): a Prepared may live on in a caught error's frames."""
+        for p in self._prepared.values():
+            p.run = None
+        self._prepared = {}
 
     def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""
@@ -393,7 +403,7 @@ class Engine:
                "dist.new_group() again for a sub-group)")
         if self.failed is None:
             self.failed = msg
-            self._prepared = {}
+            self._drop_prepared()
             self._queue.mark_failed()  # queued runs fail without running
             self._abort_transport(msg)
             if self._peer_failure is None:
@@ -525,7 +535,7 @@ class Engine:
         try:
             if self.closed is None:
                 self.closed = "closed"
-            self._prepared = {}
+            self._drop_prepared()
         finally:
             self._lock.release()
         if self._queue.on_worker or self._queue.held_here():  # the worker cannot wait for itself, nor for a
@@ -543,7 +553,7 @@ class Engine:
         with self._lock:
             if self.closed is None or self.closed == "closed":
                 self.closed = f"aborted ({why})"
-            self._prepared = {}
+            self._drop_prepared()
             comms = self.comms
         if comms is not None:  # the transport's waits, then each backend's own abort (ncclCommAbort on NCCL)
             comms.abort(why)
@@ -569,7 +579,8 @@ class Engine:
             self.executor = self.transport = None
             self.info = dataclasses.replace(self.info, inner=None)
             self.plans.clear()
-            self._prepared, self._ready = {}, {}
+            self._drop_prepared()
+            self._ready = {}
             self._settings = None
             self._tuners.clear()
             self.group = None

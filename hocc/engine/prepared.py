@@ -12,10 +12,10 @@ from hocc.engine.agreement import Call
 from hocc.engine.plan_cache import Compiled
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)  # weakly held outside its engine (hocc.api.repeat)
 class Prepared:
     key: tuple[Any, ...]  # the engine's: collective, input and output numel, torch dtype, op, algo (as passed)
-    run: Any  # hocc._C.PreparedRun
+    run: Any  # hocc._C.PreparedRun; None once its engine dropped it (failed, closed, new settings, evicted)
     entry: Compiled  # what it runs (last_plan, and the error's names)
     collective: str
     count: int  # as the plan counts it (Call.count)
