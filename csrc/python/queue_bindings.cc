@@ -249,7 +249,9 @@ class PreparedRun {
         queue_(std::move(queue)), executor_(std::move(executor)), plan_(std::move(plan)),
         q_(&queue_.cast<PyCallQueue&>()) {}
 
-  bool run_here(uintptr_t input, uintptr_t output, int64_t seq) { return q_->run_plan_here(proto_.with(input, output, seq)); }
+  bool run_here(uintptr_t input, uintptr_t output, int64_t seq) {
+    return q_->run_plan_here(proto_.with(input, output, seq));
+  }
 
  private:
   PlanRun proto_;

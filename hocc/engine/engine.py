@@ -308,13 +308,20 @@ class Engine:
         note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:
             self.recorder.made(seq, p.collective, p.count, p.dtype, p.elem_size, p.op, p.entry, time.time_ns())
-        if p.run is None:  # dropped since it was looked up: the engine failed or closed
+        run = p.run  # read once: abort() on the watchdog's thread may drop it meanwhile
+        if run is None:  # dropped since it was looked up: the engine failed or closed
             raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
-        try:  # p.run read here, not kept in a local: a caught error's frames must not hold the executor
-            if p.run.run_here(inp.data_ptr(), out.data_ptr(), seq):
-                return None
+        failed: Exception | None = None
+        try:
+            ran = run.run_here(inp.data_ptr(), out.data_ptr(), seq)
         except (load().HoccNativeError, load().HoccMismatchError) as e:
-            raise self._run_failed(p.call(seq), cfg, e) from e
+            failed, ran = e, False
+        finally:
+            del run  # a caught error's frames must not hold the executor (the run holds it)
+        if failed is not None:
+            raise self._run_failed(p.call(seq), cfg, failed) from failed
+        if ran:
+            return None
         self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
         return self._run_plain(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False)
 
