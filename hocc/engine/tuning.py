@@ -4,12 +4,13 @@ job runs on where the model cannot tell them apart.
 
 The candidates of a bucket are the algorithms the model prices within
 TRY_WITHIN (1.25x) of its pick, HO-Ring at the model's pipeline depth. Where
-that is the pick alone (the usual case), the bucket runs it and checks it
-once (CHECK_CALLS of its calls timed, after calls worth CHECK_S): within
-CHECK_RATIO (6) x its price the bucket is settled by the model, at the cost
-of a barrier and an agreement; slower, the model is wrong for this cluster
-(links described wrongly) and the bucket runs trials between every algorithm
-the model can price. Otherwise its first calls are trials: each
+that is the pick alone (the usual case), the bucket is settled by the model
+once its check passes. Every bucket runs the pick first and checks it once
+(CHECK_CALLS of its calls timed, after calls worth CHECK_S, at the cost of a
+barrier and an agreement): slower than CHECK_RATIO (6) x its price, the model
+is wrong for this cluster (links described wrongly), and the bucket's trials
+start at once, between every algorithm the model can price where it saw no
+rival. Otherwise its first calls (after the check) are trials: each
 candidate runs a warm-up call the first time this engine runs it
 (communicator set-up is not timed), then three interleaved rounds, each a
 burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
@@ -132,13 +133,16 @@ class _Bucket:
     times: dict[int, list[float]] = field(default_factory=dict)
     agreed: dict[int, float] = field(default_factory=dict)  # candidate: the slowest rank's median, at the cut
     decided: Pick | None = None
-    prices: list[float] = field(default_factory=list)  # the model's, per candidate (seconds)
-    check: bool = False  # a check of the model's pick (its one candidate), not trials
+    price: float | None = None  # a check of the model's pick (its one candidate): its price, seconds
     rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN of its pick
     replan: str | None = None  # (a check, ended) what the next call plans: 'trials', 'now' or 'wide'
     made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def check(self) -> bool:
+        return self.price is not None
 
     def release(self) -> None:
         """Decided, or failed: no caller waits on this bucket any longer."""
@@ -222,8 +226,8 @@ class Tuner:
                 self._wait_cut(b, gone)
             if b.replan is None:
                 break
-            # its check found the model wrong here: trials between every algorithm, planned at the same call
-            # on every rank
+            # its check ended without deciding: trials next ('trials', 'now' or 'wide'), planned at the same
+            # call on every rank
             self._wait_due(gone)
             made = b.made + b.ran_first + len(b.schedule)
             b = self._buckets[key] = self._plan_trials(collective, count, elem_size, b.replan, made)
@@ -321,7 +325,7 @@ class Tuner:
             self._warm.add((collective, model.algo))
             rivals = "no other within" if len(cands) == 1 else "rivals within"
             return _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
-                           count, elem_size, collective, deferred=first, prices=[price], check=True,
+                           count, elem_size, collective, deferred=first, price=price,
                            rivals=len(cands) > 1, first=Pick(model.algo, model.chunks, f"{model.why} ({rivals} "
                                                              f"{self.within:g}x; checked from its call {first + 1})"))
         if len(cands) == 1:
@@ -346,8 +350,7 @@ class Tuner:
                     self._warm.add((collective, c.algo))
                     schedule.append((i, False, False))
         per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
-        b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:],
-                    prices=[_predicted(preds, c) for c in cands], made=made)
+        b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:], made=made)
         if defer:
             cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
             cost += SET_UP_S * set_ups
@@ -386,8 +389,8 @@ class Tuner:
         """After the first round: keep the candidates within KEEP_WITHIN of the
         fastest for the later rounds, or decide now (one left, or no later round)."""
         first = self._agreed(b, list(range(len(b.candidates))))
-        if b.check:
-            self._checked(key, b, first[0])
+        if b.price is not None:
+            self._checked(key, b, first[0], b.price)
             return
         fastest = min(first.values())
         keep = [i for i, t in first.items() if t <= fastest * KEEP_WITHIN]
@@ -398,10 +401,10 @@ class Tuner:
         b.schedule = b.schedule + [e for r in b.later for e in r if e[0] in keep]
         b.cut.set()
 
-    def _checked(self, key: tuple[str, str, int], b: _Bucket, took: float) -> None:
-        """A check's agreed time: the model is wrong here (trials next, at once: its rivals', or every
-        algorithm's where it saw none), or right (its pick kept, or its rivals' trials when worth them)."""
-        price = b.prices[0]
+    def _checked(self, key: tuple[str, str, int], b: _Bucket, took: float, price: float) -> None:
+        """A check's agreed time against its price: the model is wrong here (trials next, at once: its
+        rivals', or every algorithm's where it saw none), or right (its pick kept, or its rivals' trials
+        when worth them)."""
         if took > price * CHECK_RATIO:
             log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring now",
                      key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
@@ -460,8 +463,8 @@ class Tuner:
             self._tables.clear()
 
     def trial_calls(self, key: tuple[str, str, int]) -> int | None:
-        """How many calls a bucket's trials take (warm-ups included; 0: the
-        model settled it; None: no call of it yet, or it came from the tuning file)."""
+        """How many calls a bucket's trials take (warm-ups and its check's timed calls included; None: no
+        call of it yet, or it came from the tuning file)."""
         b = self._buckets.get(key)
         return None if b is None else b.made + len(b.schedule)
 
