@@ -348,9 +348,8 @@ def _sync_here_body(rank: int, world: int) -> None:
     t = torch.ones(3)
     dist.all_reduce(t)  # the first call of a size sets up its communicators
     pushed: list[str] = []
-    real_run, real_python = queue.push_run, queue.push_python
+    real_run = queue.push_run
     queue.push_run = lambda *a, **k: pushed.append("run") or real_run(*a, **k)  # type: ignore[method-assign]
-    queue.push_python = lambda *a, **k: pushed.append("python") or real_python(*a, **k)  # type: ignore[method-assign]
     for op, want in ((dist.ReduceOp.SUM, world), (dist._make_nccl_premul_sum(0.5), 0.5 * world)):
         t = torch.ones(3)
         dist.all_reduce(t, op=op)  # torch's sync call (opts.asyncOp False): run here, nothing queued

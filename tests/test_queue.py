@@ -28,14 +28,16 @@ def _engine() -> Any:
     return e
 
 
-def _count_pushes(engine: Any, ways: tuple[str, ...] = ("push_run", "push_python")) -> dict[str, int]:
-    """How many calls took each way onto the queue (the real methods still run)."""
-    counts = dict.fromkeys(ways, 0)
-    for name in counts:
+def _count_pushes(engine: Any, ways: tuple[str, ...] = ("push_run",)) -> dict[str, int]:
+    """How many calls took each way onto the queue (the real methods still run), and in "around" how
+    many of them had Python around their run."""
+    counts = dict.fromkeys((*ways, "around"), 0)
+    for name in ways:
         real = getattr(engine._queue, name)
 
         def spy(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
             counts[_name] += 1
+            counts["around"] += kw.get("around", args[-1] if len(args) > 8 else None) is not None
             return _real(*args, **kw)
 
         setattr(engine._queue, name, spy)
@@ -53,7 +55,7 @@ def _in_order_body(rank: int, world: int) -> None:
     checked_all = 0
     for i in range(48):
         n = sizes[i % len(sizes)]
-        if i % 11 == 5:  # HOCC_CHECK=all needs Python on the worker: a Python item between plain runs
+        if i % 11 == 5:  # HOCC_CHECK=all needs Python around the run, on the worker, between plain runs
             hocc.configure(check="all")
             checked_all += 1
         kind = i % 3
@@ -82,15 +84,14 @@ def _in_order_body(rank: int, world: int) -> None:
         assert torch.equal(t, want), (i, t[:4], want[:4])
         if i:
             assert calls[i - 1][0].is_completed()
-    assert counts["push_python"] == checked_all, counts
-    plain = len(calls) - checked_all  # and the sync call, if it found calls still queued
-    assert counts["push_run"] in (plain, plain + 1), counts
+    assert counts["around"] == checked_all, counts  # every call one item, its run: some with Python around
+    assert counts["push_run"] in (len(calls), len(calls) + 1), counts  # and the sync call, if it found calls queued
 
 
 @pytest.mark.parametrize("host", ["shm", "net"])
 def test_queued_calls_run_in_order(host: str) -> None:
-    # HOCC_TUNE=0: the test counts which way each call takes onto the queue, and a tuning trial takes the
-    # Python one (it is timed and reported there), so auto must run the model's picks without trials
+    # HOCC_TUNE=0: the test counts the calls that have Python around their run, as a tuning trial does
+    # (it is timed and reported there), so auto must run the model's picks without trials
     run_world(3, _in_order_body, env={**hocc_env("3", host), "HOCC_TUNE": "0"})
 
 
@@ -117,6 +118,32 @@ def _failure_body(rank: int, world: int) -> None:
 
 def test_a_queued_failure_reaches_every_rank() -> None:
     run_world(3, _failure_body, env=hocc_env("3", "net"), timeout_s=60)
+
+
+def _around_failure_body(rank: int, world: int, async_op: bool) -> None:
+    hocc.configure(algo="ring")
+    hocc.all_reduce(torch.ones(10))  # makes the engine; an all_gather's plan needs its set-up, Python around its run
+    if rank == 1:
+        def refuse(groups: Any) -> None:
+            raise RuntimeError("set-up refused by the test")
+
+        _engine().comms.prepare = refuse
+    out = torch.full((999 * world,), -1.0)
+    with pytest.raises(hocc.CollectiveError) as failed:
+        w = hocc.all_gather_into_tensor(out, torch.full((999,), float(rank)), async_op=async_op)
+        assert w is not None and async_op, f"rank {rank}: the call did not fail"
+        w.wait()
+    assert torch.all(out == -1.0), f"rank {rank}'s output changed in a failed call"
+    if rank == 1:  # what the Python around the run raised is the call's failure, named as the executor's are
+        assert "set-up refused by the test" in str(failed.value), failed.value
+        assert isinstance(failed.value.__cause__, RuntimeError), repr(failed.value.__cause__)
+    with pytest.raises(hocc.CollectiveError, match="failed earlier"):
+        hocc.all_reduce(torch.ones(10))
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_a_failure_around_the_run_fails_the_call(async_op: bool) -> None:
+    run_world(3, _around_failure_body, async_op, env=hocc_env("3", "net"), timeout_s=90)
 
 
 def _watchdog_body(rank: int, world: int) -> None:
@@ -173,7 +200,7 @@ def _prepared_body(rank: int, world: int) -> None:
     hocc.configure(algo="ring")
     hocc.all_reduce(torch.ones(1))  # makes the engine
     eng = _engine()
-    here = _count_pushes(eng, ("push_run", "push_python", "run_here"))
+    here = _count_pushes(eng, ("push_run", "run_here"))
     calls = {  # a call on fresh tensors each time, and what it must give
         "all_reduce": lambda i: _check(lambda x: hocc.all_reduce(x), torch.full((7,), float(rank + i)),
                                        torch.full((7,), float(sum(range(world)) + world * i))),

@@ -155,7 +155,7 @@ void CallQueue::close() {
 }
 
 uint64_t CallQueue::cancel(const std::string& why) {
-  std::deque<Job> dropped;  // freed after the lock: a Python callable's job takes the GIL to let go of it
+  std::deque<Job> dropped;  // freed after the lock: a job holding Python objects takes the GIL to let go of them
   uint64_t first;
   {
     std::lock_guard<std::mutex> lk(s_->mu);

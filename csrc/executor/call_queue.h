@@ -7,8 +7,7 @@
 // with the GIL released.
 //
 // Items are plain functions of their ticket; the bindings make them (a plan
-// run, or a Python callable that takes the GIL itself), and they catch their
-// own errors. Every call of an engine is an item, sync or async: run_here()
+// run, with or without Python around it), and they catch their own errors. Every call of an engine is an item, sync or async: run_here()
 // runs a sync call's item on the caller's own thread when nothing is queued or
 // running (no hand-off; it takes a ticket, keeps the order and shows in
 // busy_for like any other), else the caller pushes it. Tickets number the items from 0; item t

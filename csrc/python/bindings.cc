@@ -63,6 +63,8 @@ py::object error_object(PyObject* type, const char* what, const Error* e) {
 py::object python_error(const std::exception_ptr& p) {
   try {
     std::rethrow_exception(p);
+  } catch (const PythonFailure& e) {
+    return *e.exc;
   } catch (const MismatchError& e) {
     return error_object(mismatch_error_type, e.what(), &e);
   } catch (const Error& e) {
@@ -184,9 +186,13 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hocc's C++ executor: plans run over in-process, shared-memory and c10d (gloo, NCCL) transports";
   native_error_type = py::exception<Error>(m, "HoccNativeError", PyExc_RuntimeError).release().ptr();
   mismatch_error_type = py::exception<MismatchError>(m, "HoccMismatchError", native_error_type).release().ptr();
-  py::register_exception_translator([](std::exception_ptr p) {  // hocc::Error, its fields as attributes
+  // hocc::Error, its fields as attributes; a PythonFailure, the exception it carries
+  py::register_exception_translator([](std::exception_ptr p) {
     try {
       std::rethrow_exception(p);
+    } catch (const PythonFailure&) {
+      py::object exc = python_error(p);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     } catch (const Error&) {
       py::object exc = python_error(p);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());

@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -34,6 +35,15 @@ bool python_ending();
 // all once Python is ending). queue_bindings.cc
 std::shared_ptr<pybind11::object> held_object(pybind11::object o);
 
+// A Python exception raised around a plan run (queue_bindings.cc's PlanRun), carried through C++ as the
+// object itself: python_error gives it back, and raised from a binding it is that exception again.
+struct __attribute__((visibility("hidden"))) PythonFailure : std::runtime_error {  // hidden, as pybind11 is
+  PythonFailure(std::shared_ptr<pybind11::object> exc, const std::string& what)
+      : std::runtime_error(what), exc(std::move(exc)) {}
+  std::shared_ptr<pybind11::object> exc;
+};
+
 // A failure as the Python exception hocc raises from it: HoccNativeError or HoccMismatchError with the
-// fields of hocc::Error (stage, chunk, step, ranks, cause; stage -1 outside any step). Holds the GIL.
+// fields of hocc::Error (stage, chunk, step, ranks, cause; stage -1 outside any step), or a PythonFailure's
+// own exception. Holds the GIL.
 pybind11::object python_error(const std::exception_ptr& e);  // bindings.cc

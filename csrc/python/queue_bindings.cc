@@ -24,12 +24,12 @@ using namespace hocc;
 namespace {
 
 // The engine's call queue (executor/call_queue.h) for hocc/engine/queue.py.
-// A plan run is pushed with everything it needs by value (the plan, executor
-// and tensors are kept alive on the Python side until the ticket is done) and
-// runs with no Python in it; only its failure calls back into Python, under
-// the GIL: on_error(ticket, error), error the exception to raise (python_error). A Python callable is run
-// holding the GIL, and catches its own errors. on_done(completed) is called
-// after a ticket someone watch()ed.
+// Every item is a plan run (PlanRun), pushed with everything it needs by value
+// (the plan, executor and tensors are kept alive on the Python side until the
+// ticket is done); a plain one runs with no Python in it. A failure calls back
+// into Python, under the GIL: on_error(ticket, error), error the exception to
+// raise (python_error). on_done(completed) is called after a ticket someone
+// watch()ed.
 // At interpreter exit a thread that takes the GIL is ended on the spot (pthread_exit): then the
 // queue's Python callbacks and frees are skipped. hocc/executor/lifecycle.py has drained and closed
 // every queue before that, in its exit hooks, and its last hook sets python_ended (Python's public
@@ -93,14 +93,19 @@ struct Failure {
 };
 
 // One plan run with everything it needs by value (the plan, executor and tensors are kept alive on
-// the Python side until its item is done); no Python in it. Once the group failed (`failed`), it
-// does not start; a run that fails sets `failed`, so that later runs do not start, whatever Python does.
+// the Python side until its item is done). Once the group failed (`failed`), it does not start; a run
+// that fails sets `failed`, so that later runs do not start, whatever Python does.
+// A plain run has no Python in it. A run with `around` (what a call needs of Python around its run:
+// its first set-up, a tuning trial's timing, HOCC_CHECK=all, trace, a CUDA stream) calls around(run)
+// holding the GIL, `run` being this plan's run without it; an exception around raises is the run's
+// failure, as the executor's own is. Either way it is one run, of one item of the queue.
 class PlanRun {
  public:
   PlanRun(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
-          const std::string& op, const std::optional<CallTuple>& call, int64_t seq)
+          const std::string& op, const std::optional<CallTuple>& call, int64_t seq,
+          std::shared_ptr<py::object> around = nullptr)
       : ex_(&e), plan_(&plan), input_(input), output_(output), dtype_(parse_dtype(dtype)), op_(parse_op(op)),
-        average_(op == "avg"), id_(call_id(call, dtype, op)), seq_(seq) {}
+        average_(op == "avg"), id_(call_id(call, dtype, op)), seq_(seq), around_(std::move(around)) {}
 
   // this run again on other buffers, as call `seq` (its call id renumbered alike)
   PlanRun with(uintptr_t input, uintptr_t output, int64_t seq) const {
@@ -115,8 +120,10 @@ class PlanRun {
       return {std::make_exception_ptr(Error("the group failed earlier"))};
     Failure f;
     try {
-      ex_->run(*plan_, {ptr(input_), ptr(output_), nullptr}, dtype_, op_, average_, nullptr, id_ ? &*id_ : nullptr,
-               seq_);
+      if (around_)
+        run_around();
+      else
+        run_plain();
       return f;
     } catch (...) {
       f.error = std::current_exception();
@@ -126,6 +133,23 @@ class PlanRun {
   }
 
  private:
+  void run_plain() const {
+    ex_->run(*plan_, {ptr(input_), ptr(output_), nullptr}, dtype_, op_, average_, nullptr, id_ ? &*id_ : nullptr,
+             seq_);
+  }
+
+  void run_around() const {
+    if (python_ending()) throw Error("hocc: the interpreter is ending: a call that needs Python cannot run");
+    PlanRun plain = *this;  // by value: Python may keep `run` past this item
+    plain.around_.reset();
+    py::gil_scoped_acquire gil;
+    try {
+      (*around_)(py::cpp_function([plain] { without_gil([&] { plain.run_plain(); }); }));
+    } catch (py::error_already_set& e) {  // held as a Python object: freed under the GIL, or not at exit
+      throw PythonFailure(held_object(e.value()), e.what());
+    }
+  }
+
   Executor* ex_;
   const Plan* plan_;
   uintptr_t input_, output_;
@@ -134,7 +158,11 @@ class PlanRun {
   bool average_;
   std::optional<CallId> id_;
   int64_t seq_;
+  std::shared_ptr<py::object> around_;
 };
+
+// `o` for a PlanRun's around: null for None (a plain run)
+std::shared_ptr<py::object> held(py::object o) { return o.is_none() ? nullptr : held_object(std::move(o)); }
 
 class PyCallQueue {
  public:
@@ -151,14 +179,16 @@ class PyCallQueue {
     });
   }
   ~PyCallQueue() {
-    py::gil_scoped_release nogil;  // the worker may be waiting for the GIL to end a Python item
+    py::gil_scoped_release nogil;  // the worker may be waiting for the GIL (a run with Python around it)
     q_.reset();
   }
 
-  // Queue Executor.run of `plan`: no Python runs for it unless it fails (on_error, under the GIL).
+  // Queue Executor.run of `plan` (around it, `around`: PlanRun); no Python runs for a plain one unless
+  // it fails (on_error, under the GIL).
   uint64_t push_run(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
-                    const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
-    PlanRun run(e, plan, input, output, dtype, op, call, seq);
+                    const std::string& op, const std::optional<CallTuple>& call, int64_t seq, py::object around) {
+    // `around` is freed under the GIL wherever the item goes (run on the worker, or dropped by cancel)
+    PlanRun run(e, plan, input, output, dtype, op, call, seq, held(std::move(around)));
     return q_->push([this, run](uint64_t ticket) {
       Failure f = run(failed_);
       if (!f.error || python_ending()) return;
@@ -171,39 +201,18 @@ class PyCallQueue {
     });
   }
 
-  // A sync call's plan run on this thread, without the GIL, if nothing is queued or running: true once
-  // it ran, and its failure raises here (MismatchError or Error: the engine names it); false if the
-  // queue is busy (nothing done: push_run it).
+  // A sync call's plan run on this thread, without the GIL (around it, `around`), if nothing is queued
+  // or running: true once it ran, and its failure raises here (MismatchError or Error: the engine names
+  // it; or around's own exception); false if the queue is busy (nothing done: push_run it).
   bool run_here(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
-                const std::string& op, const std::optional<CallTuple>& call, int64_t seq) {
-    return run_plan_here(PlanRun(e, plan, input, output, dtype, op, call, seq));
+                const std::string& op, const std::optional<CallTuple>& call, int64_t seq, py::object around) {
+    return run_plan_here(PlanRun(e, plan, input, output, dtype, op, call, seq, held(std::move(around))));
   }
   bool run_plan_here(const PlanRun& run) {
     Failure f;
     const bool ran = without_gil([&] { return q_->run_here([&](uint64_t) { f = run(failed_); }); });
     if (f.error) std::rethrow_exception(f.error);
     return ran;
-  }
-
-  // fn() on this thread (holding the GIL) if nothing is queued or running: true once it ran (its
-  // exception raises here); false if the queue is busy (nothing done: push_python it).
-  bool run_python_here(const py::function& fn) {
-    return q_->run_here([&](uint64_t) { fn(); });
-  }
-
-  uint64_t push_python(py::function fn) {
-    // freed under the GIL wherever the job goes (run on the worker, or dropped by cancel)
-    std::shared_ptr<py::object> held = held_object(std::move(fn));
-    return q_->push([held](uint64_t) {
-      if (python_ending()) return;
-      py::gil_scoped_acquire gil;
-      try {
-        (*held)();
-      } catch (py::error_already_set& x) {
-        x.discard_as_unraisable("hocc call queue: a Python item");
-      }
-      *held = py::object();  // freed here, holding the GIL
-    });
   }
 
   bool run_queued_here(uint64_t ticket) {
@@ -268,13 +277,14 @@ void bind_call_queue(py::module_& m) {
       .def(py::init<py::function, py::function>(), py::arg("on_error"), py::arg("on_done"))
       .def("push_run", &PyCallQueue::push_run, py::arg("executor"), py::arg("plan"), py::arg("input"),
            py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
-           "queue Executor.run of `plan` (no Python runs for it unless it fails); returns its ticket")
-      .def("push_python", &PyCallQueue::push_python, py::arg("fn"), "queue fn() (run holding the GIL); its ticket")
+           py::arg("around") = py::none(),
+           "queue Executor.run of `plan`, within around(run) if given (no Python runs for a plain one unless "
+           "it fails); returns its ticket")
       .def("run_here", &PyCallQueue::run_here, py::arg("executor"), py::arg("plan"), py::arg("input"),
            py::arg("output"), py::arg("dtype"), py::arg("op"), py::arg("call"), py::arg("seq"),
-           "a sync call's plan run on this thread if the queue is idle (its failure raises); False if busy")
-      .def("run_python_here", &PyCallQueue::run_python_here, py::arg("fn"),
-           "fn() on this thread if the queue is idle (its exception raises); False if busy")
+           py::arg("around") = py::none(),
+           "a sync call's plan run on this thread (within around(run) if given) if the queue is idle (its "
+           "failure raises); False if busy")
       .def("run_queued_here", &PyCallQueue::run_queued_here, py::arg("ticket"),
            "run item `ticket` on this thread, without the GIL, if it is next and not begun: True once it ran")
       .def("wait", &PyCallQueue::wait, py::arg("ticket"), py::arg("timeout_s") = -1.0,

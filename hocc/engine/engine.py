@@ -10,14 +10,13 @@ What differs between CPU and GPU lives behind the C++ device layer."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,7 +30,7 @@ from hocc.engine.group import GroupInfo, device_name, resolve_topology
 from hocc.engine.heap import note_cpu_call
 from hocc.engine.plan_cache import Compiled, PlanCache
 from hocc.engine.prepared import Prepared
-from hocc.engine.queue import CallQueue, Ticket
+from hocc.engine.queue import Around, CallQueue, Ticket
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
 from hocc.engine.watchdog import Watchdog
@@ -92,8 +91,6 @@ class Engine:
         self._queue = CallQueue(self._queued_run_failed, self._dropped)
         self._lock = threading.Lock()
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
-        self._busy = 0  # runs in flight (worker or inline): teardown waits for them
-        self._idle = threading.Condition(self._lock)
         # the C++ executor, over torch's backends (gloo or NCCL) and shared memory
         c = load()
         self.transport = c.GroupTransport(info.rank, info.size, device_name(device))
@@ -246,34 +243,69 @@ class Engine:
             note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
             self.recorder.made(call.seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
-        if self._plain(entry, trial, cfg):
-            work = self._run_plain(entry, inp, out, dtype, reduce_op, call, cfg, async_op)
-            if not async_op and self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
-                self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
-            return work
-        return self.submit(lambda: self._execute(entry, inp, out, reduce_op, call, cfg, trial), [out], async_op,
-                           (None, call))
+        around = self._around(entry, call, cfg, trial)
+        work = self._run(entry, inp, out, dtype, reduce_op, call, cfg, async_op, around)
+        if around is None and not async_op and self._ready.get((collective, count, elem_size, algo or cfg.algo,
+                                                                 dtype)) is entry:
+            self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
+        return work
 
-    def _plain(self, entry: Compiled, trial: Trial | None, cfg: Config) -> bool:
-        """Whether a call is the executor's run alone, with no Python around it:
-        a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace."""
-        return self._cpu and trial is None and entry.setup.done and cfg.check != "all" and not self.cfg.trace
+    def _around(self, entry: Compiled, call: Call, cfg: Config, trial: Trial | None) -> Around | None:
+        """What a call needs of Python around its plan run (queue.Around), or None: a plain call, the
+        executor's run alone (a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace)."""
+        stream = None if self._cpu else torch.cuda.current_stream(self.device)
+        check = cfg.check
+        if stream is None and trial is None and entry.setup.done and check != "all" and not self.cfg.trace:
+            return None
 
-    def _run_plain(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, dtype: str, reduce_op: str,
-                   call: Call, cfg: Config, async_op: bool) -> Work | None:
-        """A plain call (_plain), straight into C++: a sync one on this thread when
-        the queue is idle (its failure raises here), else queued to the worker (its
-        failure comes back through _queued_run_failed, on the worker)."""
+        def around(run: Callable[[], None], queued: bool) -> torch.cuda.Event | None:
+            with on_stream(stream):  # the caller's stream, on the worker too: the run is ordered on it
+                try:
+                    if check == "all":  # first: a mismatched call must not start a set-up its peers skip
+                        check_all(self._checker(), call, self.rank, self.size, self.info.name)
+                    if not entry.setup.done:  # collective set-up, in call order (on the worker if queued)
+                        if self.comms is not None:
+                            self.comms.prepare(entry.groups)
+                        entry.setup.done = True
+                    if trial is None:
+                        run()
+                    else:  # a tuning trial: timed (on a GPU, to its end on the stream), then reported
+                        if trial.synced:  # a burst starts together: the last call's stragglers are not its cost
+                            self._checker().barrier().wait()
+                        with timed(self.device) as took:
+                            run()
+                        trial.tuner.measured(trial, took())
+                except BaseException:
+                    if trial is not None:
+                        trial.bucket.release()  # failed: no caller waits on its trials any longer
+                    raise
+                if self.cfg.trace:
+                    self._log_trace(entry.plan)
+                if stream is None or not queued:  # run here, on the caller's own stream: nothing to wait for
+                    return None
+                done = torch.cuda.Event()  # Work.wait orders the waiter's stream after it
+                done.record(stream)
+                return done
+
+        return around
+
+    def _run(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, dtype: str, reduce_op: str, call: Call,
+             cfg: Config, async_op: bool, around: Around | None) -> Work | None:
+        """Every call's one way: its plan run (within `around`, if it has one), sync on this thread when
+        the queue is idle (its failure raises here), else queued to the worker (its failure comes back
+        through _queued_run_failed, on the worker)."""
         cpp_call = call.cpp() if cfg.check != "off" else None
         if not async_op:
             try:
-                if self._queue.run_here(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq):
+                if self._queue.run_here(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
+                                        around):
                     return None
-            except (load().HoccNativeError, load().HoccMismatchError) as e:
+            except Exception as e:  # the executor's failure, or what the Python around it raised
                 raise self._run_failed(call, cfg, e) from e
         ticket = self._queue.push_run(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
-                                      (entry, call, cfg, inp, out))
-        return self._handed(Work(ticket, [out]), async_op)
+                                      (entry, call, cfg, inp, out), around)
+        return self._handed(Work(ticket, [out], None if self._cpu else torch.cuda.current_stream(self.device)),
+                            async_op)
 
     def _prepare(self, key: tuple[Any, ...], entry: Compiled, call: Call, cfg: Config) -> None:
         """Make the call shape `key` a prepared one (_prepared), bounded as the plan cache is."""
@@ -323,7 +355,7 @@ class Engine:
         if ran:
             return None
         self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
-        return self._run_plain(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False)
+        return self._run(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False, None)
 
     def _drop_prepared(self) -> None:
         """Forget the prepared calls, and let go of their C++ runs, each of which holds the executor (and
@@ -351,47 +383,6 @@ class Engine:
         if ctx is not None and self.recorder.on:
             self.recorder.failed(ctx[1].seq, f"not run: the engine was {self.closed or 'closed'}")
         return self._unusable("this call")
-
-    def _execute(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                 cfg: Config, trial: Trial | None = None) -> None:
-        """One call on the worker, in call order. Any failure fails the group
-        for good (self.failed): its comms may hold unmatched messages."""
-        with self._running(call.collective):
-            if self.failed is not None:
-                raise self._not_run(call)
-            self._execute_checked(entry, inp, out, reduce_op, call, cfg, trial)
-
-    def _execute_checked(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str, call: Call,
-                         cfg: Config, trial: Trial | None) -> None:
-        check = cfg.check  # (the flight recorder noted the call when it was made; the executor notes the run)
-        try:
-            if check == "all":
-                check_all(self._checker(), call, self.rank, self.size, self.info.name)
-            if trial is None:
-                self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
-            else:  # a tuning trial: timed (on a GPU, to its end on the stream), then reported
-                if trial.synced:  # a burst starts together: the last call's stragglers are not its cost
-                    self._checker().barrier().wait()
-                with timed(self.device) as took:
-                    self._run_plan(entry, inp, out, reduce_op, call if check != "off" else None, call.seq)
-                trial.tuner.measured(trial, took())
-        except Exception as e:
-            if trial is not None:
-                trial.bucket.release()  # failed: no caller waits on its trials any longer
-            raise self._fail(call, e, cfg.record_dir) from e
-
-    def _run_plan(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, reduce_op: str,
-                  call: Call | None, seq: int) -> None:
-        if not entry.setup.done:  # collective set-up, here on the worker, in call order
-            if self.comms is not None:
-                self.comms.prepare(entry.groups)
-            entry.setup.done = True
-        # the work buffer is the executor's own (kept between calls only when small: Executor::kKeepWork);
-        # the run is ordered on the caller's current stream (submit() made the call's stream current)
-        self.executor.run(entry.cpp, inp.data_ptr(), out.data_ptr(), 0, dtype_name(inp.dtype), reduce_op, 0,
-                          call.cpp() if call is not None else None, seq)
-        if self.cfg.trace:
-            self._log_trace(entry.plan)
 
     # -- failures ---------------------------------------------------------------
     def _where(self) -> str:
@@ -468,17 +459,6 @@ class Engine:
         parts = ", ".join(f"s{s} {op}@{tiers.get(s, '?')} {t * 1e3:.1f} ms" for (s, op), t in sorted(per.items()))
         log.warning("hocc trace rank %d: %s: %s", self.rank, plan.summary(), parts)
 
-    def submit(self, job: Callable[[], None], result: list[torch.Tensor], async_op: bool,
-               context: Any = None) -> Work | None:
-        """Run `job` after every earlier call of this engine (on the caller's
-        thread when it is sync and nothing is queued, else as a Python item on
-        the queue); block unless async_op."""
-        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-        if not async_op and self._queue.run_python_here(lambda: self._run_job(job, stream, here=True)):
-            return None
-        return self._handed(Work(self._queue.push_python(lambda: self._run_job(job, stream), context), result, stream),
-                            async_op)
-
     @staticmethod
     def _handed(work: Work, async_op: bool) -> Work | None:
         """A queued call's Work to an async caller; a sync caller waits for it here."""
@@ -487,37 +467,7 @@ class Engine:
         work.wait()
         return None
 
-    @staticmethod
-    def _run_job(job: Callable[[], None], stream: Any, here: bool = False) -> torch.cuda.Event | None:
-        """Run one call on `stream`; queued on CUDA, return an event recorded after its kernels (Work waits
-        on it). Run here (on the caller's thread, on its own stream) it needs none."""
-        with on_stream(stream):
-            job()
-            if stream is None or here:
-                return None
-            done = torch.cuda.Event()
-            done.record(stream)
-            return done
-
     # -- teardown ---------------------------------------------------------------
-    @contextlib.contextmanager
-    def _running(self, what: str) -> Iterator[None]:
-        """Around every run (on the worker or inline): raises at once on a
-        closed or aborted engine, and keeps teardown from freeing the
-        communicators under a run still in flight."""
-        with self._lock:
-            # a closing engine still runs the calls made before, on its worker or on a waiter that took its own
-            # (CallQueue::run_queued_here: refused once the queue stops, so never after the release)
-            if self.closed != "closed":
-                self.check_usable(what)
-            self._busy += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._busy -= 1
-                self._idle.notify_all()
-
     def check_usable(self, what: str = "this call") -> None:
         """Raise if this engine was closed or aborted: its communicators are gone."""
         if self.closed is not None:
@@ -565,9 +515,8 @@ class Engine:
         if comms is not None:  # the transport's waits, then each backend's own abort (ncclCommAbort on NCCL)
             comms.abort(why)
         self._queue.cancel(f"aborted ({why})")
-        with self._lock:  # a queued run still in flight ends soon: the comms' abort woke its waits
-            busy = self._busy > 0 or self._queue.busy_for() > 0 or self._queue.on_worker
-        if busy:
+        # a run still in flight ends soon: the comms' abort woke its waits
+        if self._queue.busy_for() > 0 or self._queue.on_worker:
             hand_off(self._release_when_idle)
         else:
             self._release_when_idle()
@@ -579,7 +528,6 @@ class Engine:
         threads and sockets only with the last reference."""
         self._queue.join()  # its worker has ended the run it had (close or cancel stopped it)
         with self._lock:
-            self._idle.wait_for(lambda: self._busy == 0)
             comms, self.comms = self.comms, None
             self.recorder.detach()  # its records stay readable; the executor (and the transport it holds) goes
             record_dump.unregister(self.recorder)

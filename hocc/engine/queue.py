@@ -1,16 +1,18 @@
-"""An engine's queue of calls: every call is one of its items, run in the
-order the calls were made (csrc/executor/call_queue.h). A sync call runs its
-item on the caller's own thread when nothing is queued or running (run_here,
-run_python_here: no hand-off); otherwise, and for every async call, one C++
-worker thread runs it (push_run, push_python).
+"""An engine's queue of calls: every call is one of its items, a plan run,
+run in the order the calls were made (csrc/executor/call_queue.h). A sync call
+runs its item on the caller's own thread when nothing is queued or running
+(run_here: no hand-off); otherwise, and for every async call, one C++ worker
+thread runs it (push_run).
 
-A plan run goes from the caller to the executor with no Python in between
-(push_run, run_here): an async call through a Python worker thread paid a
-handoff under the GIL on every call, about 100 us on one rank where the call
-itself costs 25 us. What needs Python around the run (a tuning trial, a
-plan's first set-up, HOCC_CHECK=all, trace, a GPU call's stream and event) is
-a Python item of the same queue, so there is one order. Each pushed item has a
-Ticket: the future its Work waits on. Exit and fork: hocc/executor/lifecycle.py."""
+A plain run goes from the caller to the executor with no Python in between:
+an async call through a Python worker thread paid a handoff under the GIL on
+every call, about 100 us on one rank where the call itself costs 25 us. What
+a call needs of Python around its run (a plan's first set-up, a tuning trial,
+HOCC_CHECK=all, trace, a GPU call's stream and event) is the run's `around`:
+around(run, queued) calls run() (the executor's run, without the GIL) once,
+so every call is the same run, in the same order, failing the same way. Each
+pushed item has a Ticket: the future its Work waits on. Exit and fork:
+hocc/executor/lifecycle.py."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ from hocc.executor.lifecycle import held_here, track
 log = logging.getLogger("hocc")
 
 _DONE, _DROPPED, _TIMED_OUT = 0, 1, 2  # CallQueue::Wait
+
+# around(run, queued): a call's Python around its plan run (see above); queued: on the worker, its value the
+# ticket's result
+Around = Callable[[Callable[[], None], bool], Any]
 
 
 class Ticket:
@@ -134,43 +140,29 @@ class CallQueue:
         return float(self.cpp.busy_for())
 
     def push_run(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
-                 call: tuple[int, int, int, str, str] | None, seq: int, context: Any) -> Ticket:
-        """Executor.run of `plan` on the worker; `context` (which must hold the
-        tensors and the plan) is kept until it is done."""
+                 call: tuple[int, int, int, str, str] | None, seq: int, context: Any,
+                 around: Around | None = None) -> Ticket:
+        """Executor.run of `plan` on the worker, within around(run, True) if given (its value is the
+        ticket's result); `context` (which must hold the tensors and the plan) is kept until it is done."""
         t = Ticket(self, context)
+        wrapped = None
+        if around is not None:
+            def wrapped(run: Callable[[], None]) -> None:
+                t._result = around(run, True)
+
         with self._lock:
             self._forget_done()
-            t.n = self.cpp.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq)
+            t.n = self.cpp.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq, wrapped)
             self._pending.append(t)
         return t
 
     def run_here(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
-                 call: tuple[int, int, int, str, str] | None, seq: int) -> bool:
-        """A sync call's Executor.run of `plan` on this thread, without the GIL, if the queue is
-        idle: True once it ran (a failure raises hocc._C's HoccNativeError or HoccMismatchError);
-        False if not (nothing done: push_run it)."""
-        return bool(self.cpp.run_here(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq))
-
-    def run_python_here(self, fn: Callable[[], Any]) -> bool:
-        """A sync call's fn() on this thread if the queue is idle: True once it ran (its exception
-        raises); False if not (nothing done: push_python it)."""
-        return bool(self.cpp.run_python_here(fn))
-
-    def push_python(self, fn: Callable[[], Any], context: Any = None) -> Ticket:
-        """fn() on the worker: its value is the ticket's result, its exception the ticket's."""
-        t = Ticket(self, context)
-
-        def item() -> None:
-            try:
-                t._result = fn()
-            except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                t._exc = e
-
-        with self._lock:
-            self._forget_done()
-            t.n = self.cpp.push_python(item)
-            self._pending.append(t)
-        return t
+                 call: tuple[int, int, int, str, str] | None, seq: int, around: Around | None = None) -> bool:
+        """A sync call's Executor.run of `plan` on this thread, without the GIL (within around(run, False)
+        if given), if the queue is idle: True once it ran (a failure raises hocc._C's HoccNativeError or
+        HoccMismatchError, or what `around` raised); False if not (nothing done: push_run it)."""
+        wrapped = None if around is None else (lambda run: around(run, False))
+        return bool(self.cpp.run_here(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq, wrapped))
 
     def _forget_done(self) -> None:
         done = self.cpp.completed
