@@ -22,6 +22,7 @@ from gpu_faults import (
 
 import hocc
 from hocc import executor
+from hocc.bench.collectives import reference
 from hocc.executor.cpp_form import dtype_name
 from hocc.executor.inproc import InProcWorld
 from hocc.plan.planner import PlannerConfig, make_plan
@@ -223,15 +224,6 @@ VARIANTS = (("native", None, ()), ("ring", None, ()), ("ho_ring", 1, ()),
             ("ho_ring", 4, ("reduce_scatter", "all_gather")))
 
 
-def reference(coll: str, ins: list[torch.Tensor], world: int, n: int) -> list[torch.Tensor]:
-    total = torch.stack([x.double() for x in ins]).sum(0).to(ins[0].dtype)
-    if coll == "all_reduce":
-        return [total] * world
-    if coll == "reduce_scatter":
-        return [total[r * n:(r + 1) * n] for r in range(world)]
-    return [torch.cat(ins)] * world
-
-
 def check_inproc(device: str) -> dict:
     sizes = (0, 1, 1031, MIB) if is_cuda(device) else (0, 1, 1031, 65536 + 3)
     world = 8
@@ -263,7 +255,7 @@ def check_inproc(device: str) -> dict:
                         if is_cuda(device):
                             torch.cuda.synchronize()
                         secs = time.perf_counter() - start
-                        want = reference(coll, ins, world, n)
+                        want = [t.to(ins[0].dtype) for t in reference(coll, ins)]
                         err = max((float((o.double() - x.double()).abs().max()) if o.numel() else 0.0
                                    for o, x in zip(outs, want, strict=True)), default=0.0)
                         bound = TOL[dtype] * (world if coll != "all_gather" else 1) * 4

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import hocc
+from hocc.bench.collectives import reduce_ref
 from hocc.engine.dtypes import FLOAT_DTYPES
 
 ALGOS = ("native", "ring", "ho_ring", "auto")
@@ -30,15 +31,8 @@ def tolerance(dtype: torch.dtype) -> float:
 
 
 def expected(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
-    """The reduction of `xs` by op name, in float64."""
-    stack = torch.stack([x.double() for x in xs])
-    if op == "sum":
-        return stack.sum(0)
-    if op == "avg":
-        return stack.sum(0) / len(xs)
-    if op == "product":
-        return stack.prod(0)
-    return stack.amax(0) if op == "max" else stack.amin(0)
+    """The reduction of `xs` by op name, in float64 (hocc.bench.collectives' reference)."""
+    return reduce_ref(xs, op)
 
 
 def ops_for(dtype: torch.dtype) -> tuple[dist.ReduceOp, ...]:

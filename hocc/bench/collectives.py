@@ -28,16 +28,31 @@ def value(rank: int, n: int, dtype: torch.dtype, start: int = 0) -> torch.Tensor
 
 
 def reduce_ref(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    """The exact reduction of `tensors` by op name ('sum', 'avg', 'prod' or 'product', 'min', 'max'), in
+    float64: the reference every check of a result is made against (the suite, hocc-bench, the GPU check)."""
     x = torch.stack([t.double() for t in tensors])
     if op == "sum":
         return x.sum(0)
     if op == "avg":
         return x.mean(0)
-    if op == "prod":
+    if op in ("prod", "product"):
         return x.prod(0)
     if op == "min":
         return x.min(0).values
     return x.max(0).values
+
+
+def reference(collective: str, ins: list[torch.Tensor], op: str = "sum") -> list[torch.Tensor]:
+    """Each rank's exact result of `collective` over the ranks' inputs `ins` (reductions in float64; a
+    reduce_scatter's input is the ranks' equal parts in rank order, an all_gather's output their concatenation)."""
+    world = len(ins)
+    if collective == "all_gather":
+        return [torch.cat(ins)] * world
+    total = reduce_ref(ins, op)
+    if collective == "all_reduce":
+        return [total] * world
+    n = total.numel() // max(world, 1)
+    return [total[r * n:(r + 1) * n] for r in range(world)]
 
 
 @dataclass(frozen=True)
