@@ -16,11 +16,12 @@ holds each arena's lock in turn. It runs beside the calls, never inside one."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from hocc.executor.lifecycle import at_fork_in_child
 
 
 def _malloc_trim() -> Callable[[], Any] | None:
@@ -92,7 +93,7 @@ def _forked() -> None:
     _trimmer, _lock = None, threading.Lock()  # the parent's thread is not in the child; its lock may be held
 
 
-os.register_at_fork(after_in_child=_forked)
+at_fork_in_child(_forked)  # hocc's one place for fork and exit (hocc/executor/lifecycle.py)
 
 
 def trims() -> int:
