@@ -4,8 +4,9 @@
 One command per scenario. It builds the emulated cluster once (bench/cluster.py's Cluster: a network namespace
 per host, shaped veths into a bridge), then runs on it, in turn:
 
-1. hocc and gloo: bench/per_host_run.py on every rank (torch on gloo; gloo's own call and hocc's algorithms
-   interleaved call by call, auto first run until it has decided each size's bucket);
+1. hocc and gloo: bench/per_host_run.py on every rank (torch on gloo; hocc's algorithms interleaved call by
+   call, then gloo's own call, so that no gloo call comes between two of hocc's samples, as none comes between
+   Open MPI's; auto first run until it has decided each size's bucket);
 2. Open MPI's own MPI_Allreduce, MPI_Allgather and MPI_Reduce_scatter_block (bench/ompi_collectives.py, mpi4py)
    with its default `tuned` selection;
 3. the same with its hierarchical `han` component first (coll_han_priority 100);
@@ -194,7 +195,7 @@ def run_hocc(cluster: emulated.Cluster, work: Path, a: argparse.Namespace, sizes
     out = work / "hocc.jsonl"
     args = ["--size", ",".join(map(str, sizes)), "--ops", ",".join(a.ops), "--algos", ",".join(a.hocc_algos),
             "--iters", ",".join(map(str, iters)), "--warmup", ",".join(map(str, warmups)),
-            "--burst", ",".join(map(str, bursts)), "--decide-auto", "--out", str(out)]
+            "--burst", ",".join(map(str, bursts)), "--decide-auto", "--gloo-apart", "--out", str(out)]
     env_before = dict(os.environ)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     procs: list[subprocess.Popen[bytes]] = []
@@ -457,10 +458,11 @@ HOW = [
     "(per round 20 calls up to 256 KiB, 10 up to 2 MiB, 5 up to 16 MiB, 3 above; 3, 2, 1, 1 warm-ups); `~` "
     "marks a figure whose two rounds' medians differ by more than 25%. Size is nccl-tests': the all-reduce "
     "buffer, the all-gather output, the reduce-scatter input, float32. Every result was checked once "
-    "against the exact answer for Open MPI (a wrong count would show in the cell). hocc's and gloo's calls "
-    "are interleaved call by call (bench/per_host_run.py, 1 thread per rank); hocc auto is timed after it "
-    "has decided the size's bucket (its trials, as hocc-bench does), and the parentheses name the plan it "
-    "ran. The ratio columns divide hocc auto's time by the faster of Open MPI's two and by gloo's: below "
+    "against the exact answer for Open MPI (a wrong count would show in the cell). hocc's algorithms' calls "
+    "are interleaved call by call, and gloo's own come after them (bench/per_host_run.py --gloo-apart, 1 thread "
+    "per rank: a gloo call between hocc's bursts made the next small hocc calls 2.5x slower); hocc auto is "
+    "timed after it has decided the size's bucket (its trials, as hocc-bench does), and the parentheses name "
+    "the plan it ran. The ratio columns divide hocc auto's time by the faster of Open MPI's two and by gloo's: below "
     "1, hocc is faster.",
     "",
     "Open MPI 4.1 (Debian's) runs one daemon per emulated host, started in the host's namespace by an rsh "

@@ -2,9 +2,11 @@
 rank (one thread each), each sample (a call, or --burst calls back to back:
 small ones) begun together after a barrier (each library's own; the ways'
 order rotates from sample to sample), gloo's own
-call interleaved with hocc's algorithms call by call, fresh-looking tensors
+call interleaved with hocc's algorithms call by call (or after them:
+--gloo-apart), fresh-looking tensors
 (the same ones reused, as a training loop reuses its buckets), medians of
---iters after --warmup, the slowest rank's time. Run one process per rank
+--iters after --warmup, the slowest rank's time (each rank's times are
+reduced once a size's samples are done, not by a call between samples). Run one process per rank
 under a launcher (bench/cluster.py --script, torchrun); rank 0 prints one JSON
 line per (op, way):
 
@@ -64,6 +66,10 @@ def main() -> None:
     p.add_argument("--decide-auto", action="store_true",
                    help="before a size's calls, call auto until it has decided the size's bucket (its trials, as "
                         "hocc-bench does), so the timed calls are auto as a user meets it after them")
+    p.add_argument("--gloo-apart", action="store_true",
+                   help="gloo's samples after hocc's ways' samples of each size, not rotated among them: no gloo "
+                        "call comes between two of hocc's samples (on the emulated cluster one gloo call made the "
+                        "next 20 small hocc calls 2.5x slower; bench/results/peers/small/notes.md)")
     p.add_argument("--out", help="rank 0 also appends its JSON lines to this file")
     p.add_argument("--tag", default="", help="copied into each JSON line (e.g. the commit)")
     a = p.parse_args()
@@ -88,34 +94,43 @@ def main() -> None:
                 trial_calls, _ = _until_decided(coll, nbytes, spec, cpu)
                 if op == "all_reduce":
                     inp.copy_(fresh)
-            times: dict[str, list[float]] = {w: [] for w in ways}
+            mine: dict[str, list[float]] = {w: [] for w in ways}  # this rank's seconds per call, every sample
             sent: dict[str, list[int]] = {w: [] for w in ways}  # bytes rank 0's host NIC sent per call
             ran: dict[str, str] = {}
-            for it in range(n_warm + n_iter):
-                for way in ways[it % len(ways):] + ways[:it % len(ways)]:  # rotated: no way always follows gloo's
-                    tx0 = nic_tx_bytes() if rank == 0 else None
-                    if way == "gloo":  # each library's own barrier, as Open MPI's side uses MPI_Barrier: gloo's
-                        dist.barrier()  # leaves the ranks milliseconds apart on the emulated cluster, and that
-                    else:  # spread would be timed as the first call's (an all-reduce is a barrier too)
-                        hocc.all_reduce(token)
-                    t0 = time.perf_counter()
-                    for _ in range(burst):
-                        if way == "gloo":
-                            _gloo(op, inp, out)
-                        else:
-                            coll.launch(inp, out, "sum", way)
-                    took = torch.tensor([(time.perf_counter() - t0) / burst], dtype=torch.float64)
-                    dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
-                    if it >= n_warm:
-                        times[way].append(float(took))
-                        tx1 = nic_tx_bytes() if tx0 is not None else None
-                        if tx0 is not None and tx1 is not None:
-                            sent[way].append((tx1 - tx0) // burst)
-                    if way != "gloo":
-                        plan = hocc.last_plan(device="cpu")
-                        ran[way] = plan.algo if plan is not None else way
-                    if op == "all_reduce":
-                        inp.copy_(fresh)  # in place: keep the values bounded
+
+            turn = ways[1:] if a.gloo_apart else ways  # the ways that rotate sample by sample
+            n = n_warm + n_iter
+            order = [(w, it) for it in range(n) for w in turn[it % len(turn):] + turn[:it % len(turn)]]
+            if a.gloo_apart:  # gloo's samples after hocc's: no gloo call between two of hocc's samples
+                order += [("gloo", it) for it in range(n)]
+            for way, it in order:  # rotated: no way always follows another
+                tx0 = nic_tx_bytes() if rank == 0 else None
+                if way == "gloo":  # each library's own barrier, as Open MPI's side uses MPI_Barrier: gloo's
+                    dist.barrier()  # leaves the ranks milliseconds apart on the emulated cluster, and that
+                else:  # spread would be timed as the first call's (an all-reduce is a barrier too)
+                    hocc.all_reduce(token)
+                t0 = time.perf_counter()
+                for _ in range(burst):
+                    if way == "gloo":
+                        _gloo(op, inp, out)
+                    else:
+                        coll.launch(inp, out, "sum", way)
+                mine[way].append((time.perf_counter() - t0) / burst)
+                if it >= n_warm:
+                    tx1 = nic_tx_bytes() if tx0 is not None else None
+                    if tx0 is not None and tx1 is not None:
+                        sent[way].append((tx1 - tx0) // burst)
+                if way != "gloo":
+                    plan = hocc.last_plan(device="cpu")
+                    ran[way] = plan.algo if plan is not None else way
+                if op == "all_reduce":
+                    inp.copy_(fresh)  # in place: keep the values bounded
+
+            times: dict[str, list[float]] = {}
+            for way in ways:  # a sample's time is its slowest rank's, reduced once the samples are done
+                slowest = torch.tensor(mine[way], dtype=torch.float64)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                times[way] = slowest.tolist()[n_warm:]
             if rank == 0:
                 for way in ways:
                     row = {"tag": a.tag, "op": op, "size": max(inp.numel(), out.numel()) * inp.element_size(),
