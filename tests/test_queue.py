@@ -200,7 +200,7 @@ def _prepared_body(rank: int, world: int) -> None:
     hocc.configure(algo="ring")
     hocc.all_reduce(torch.ones(1))  # makes the engine
     eng = _engine()
-    here = _count_pushes(eng, ("push_run", "run_here"))
+    here = _count_pushes(eng, ("push_run", "run_here", "push_prepared"))
     calls = {  # a call on fresh tensors each time, and what it must give
         "all_reduce": lambda i: _check(lambda x: hocc.all_reduce(x), torch.full((7,), float(rank + i)),
                                        torch.full((7,), float(sum(range(world)) + world * i))),
@@ -218,6 +218,14 @@ def _prepared_body(rank: int, world: int) -> None:
         for i in range(2, 5):  # new buffers and values each time: the prepared run takes them
             call(i)
         assert here == before, f"a prepared {name} went through the engine's queue wrapper: {here} vs {before}"
+    # async calls of a prepared shape are its run queued (one crossing each), in order with the sync ones
+    before = dict(here)
+    outs = [(hocc.all_reduce(x, async_op=True), x, i) for i, x in ((i, torch.full((7,), float(rank + i)))
+                                                                  for i in range(5, 9))]
+    calls["all_reduce"](9)
+    for w, x, i in outs:
+        assert w is not None and w.wait() and torch.all(x == sum(range(world)) + world * i), (i, x)
+    assert here["push_prepared"] - before["push_prepared"] >= 4 and here["push_run"] == before["push_run"], here
     seqs = [c[0] for c in eng.recorder.calls]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs  # prepared calls are recorded, in order
     # what the short way's key does not hold goes the full way: another op, a strided tensor, new settings

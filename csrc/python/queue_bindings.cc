@@ -188,7 +188,9 @@ class PyCallQueue {
   uint64_t push_run(Executor& e, const Plan& plan, uintptr_t input, uintptr_t output, const std::string& dtype,
                     const std::string& op, const std::optional<CallTuple>& call, int64_t seq, py::object around) {
     // `around` is freed under the GIL wherever the item goes (run on the worker, or dropped by cancel)
-    PlanRun run(e, plan, input, output, dtype, op, call, seq, held(std::move(around)));
+    return push_plan(PlanRun(e, plan, input, output, dtype, op, call, seq, held(std::move(around))));
+  }
+  uint64_t push_plan(const PlanRun& run) {
     return q_->push([this, run](uint64_t ticket) {
       Failure f = run(failed_);
       if (!f.error || python_ending()) return;
@@ -248,7 +250,8 @@ class PyCallQueue {
 };
 
 // A call shape made once (executor, plan, dtype, op, call check) for calls that repeat it: each run is
-// one crossing into C++ with the buffers and the call number (the engine's prepared calls). Holds its
+// one crossing into C++ with the buffers and the call number, on this thread or queued (the engine's
+// prepared calls). Holds its
 // queue, executor and plan alive.
 class PreparedRun {
  public:
@@ -261,6 +264,7 @@ class PreparedRun {
   bool run_here(uintptr_t input, uintptr_t output, int64_t seq) {
     return q_->run_plan_here(proto_.with(input, output, seq));
   }
+  uint64_t push(uintptr_t input, uintptr_t output, int64_t seq) { return q_->push_plan(proto_.with(input, output, seq)); }
 
  private:
   PlanRun proto_;
@@ -301,11 +305,13 @@ void bind_call_queue(py::module_& m) {
       .def("cancel", [](PyCallQueue& q, const std::string& why) { return q.q().cancel(why); }, py::arg("why"),
            "drop what is not begun (tickets from the one returned on); the worker stops after its item")
       .def("join", &PyCallQueue::join);
-  py::class_<PreparedRun>(m, "PreparedRun", "one call shape's plan run, made once: run_here(input, output, seq)")
+  py::class_<PreparedRun>(m, "PreparedRun", "one call shape's plan run, made once: run_here or push(input, output, seq)")
       .def(py::init<py::object, py::object, py::object, const std::string&, const std::string&,
                     const std::optional<CallTuple>&>(),
            py::arg("queue"), py::arg("executor"), py::arg("plan"), py::arg("dtype"), py::arg("op"), py::arg("call"))
       .def("run_here", &PreparedRun::run_here, py::arg("input"), py::arg("output"), py::arg("seq"),
-           "CallQueue.run_here of this plan on these buffers as call `seq` (the call check's number too)");
+           "CallQueue.run_here of this plan on these buffers as call `seq` (the call check's number too)")
+      .def("push", &PreparedRun::push, py::arg("input"), py::arg("output"), py::arg("seq"),
+           "CallQueue.push_run of this plan on these buffers as call `seq`; its ticket");
 
 }

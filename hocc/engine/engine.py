@@ -225,10 +225,10 @@ class Engine:
         after every earlier call of this engine; blocks unless async_op. The
         call settings are read here, once: the call runs under them to its end."""
         cfg = get_config()
-        if not async_op and cfg is self._ready_cfg:
+        if cfg is self._ready_cfg:
             prepared = self._prepared.get((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo))
             if prepared is not None:
-                return self._run_prepared(prepared, inp, out, cfg)
+                return self._run_prepared(prepared, inp, out, cfg, async_op)
         if self.failed is not None:
             raise self._failed_earlier(collective)
         self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
@@ -245,8 +245,7 @@ class Engine:
             self.recorder.made(call.seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
         around = self._around(entry, call, cfg, trial)
         work = self._run(entry, inp, out, dtype, reduce_op, call, cfg, async_op, around)
-        if around is None and not async_op and self._ready.get((collective, count, elem_size, algo or cfg.algo,
-                                                                 dtype)) is entry:
+        if around is None and self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
             self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
         return work
 
@@ -332,8 +331,10 @@ class Engine:
         self._run_prepared(p, inp, out, cfg)
         return True
 
-    def _run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, cfg: Config) -> Work | None:
-        """A prepared call (_prepared): one crossing into C++ on this thread; the queued way if the queue is busy."""
+    def _run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, cfg: Config,
+                      async_op: bool = False) -> Work | None:
+        """A prepared call (_prepared): one crossing into C++, on this thread if it is sync and the queue is
+        idle, else queued."""
         seq = self._seq
         self._seq = seq + 1
         self._last = p.entry
@@ -343,19 +344,21 @@ class Engine:
         run = p.run  # read once: abort() on the watchdog's thread may drop it meanwhile
         if run is None:  # dropped since it was looked up: the engine failed or closed
             raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
-        failed: Exception | None = None
         try:
-            ran = run.run_here(inp.data_ptr(), out.data_ptr(), seq)
-        except (load().HoccNativeError, load().HoccMismatchError) as e:
-            failed, ran = e, False
+            if not async_op:
+                failed: Exception | None = None
+                try:
+                    if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
+                        return None
+                except (load().HoccNativeError, load().HoccMismatchError) as e:
+                    failed = e
+                if failed is not None:
+                    raise self._run_failed(p.call(seq), cfg, failed) from failed
+            self.check_usable(p.collective)  # queued: a closing engine's queue refuses it (busy: its turn comes)
+            ticket = self._queue.push_prepared(run, inp, out, seq, (p.entry, p.call(seq), cfg, inp, out))
         finally:
             del run  # a caught error's frames must not hold the executor (the run holds it)
-        if failed is not None:
-            raise self._run_failed(p.call(seq), cfg, failed) from failed
-        if ran:
-            return None
-        self.check_usable(p.collective)  # busy: a closing engine's queue, or a queued call before this one
-        return self._run(p.entry, inp, out, p.dtype, p.op, p.call(seq), cfg, False, None)
+        return self._handed(Work(ticket, [out]), async_op)
 
     def _drop_prepared(self) -> None:
         """Forget the prepared calls, and let go of their C++ runs, each of which holds the executor (and

@@ -156,6 +156,15 @@ class CallQueue:
             self._pending.append(t)
         return t
 
+    def push_prepared(self, run: Any, inp: Any, out: Any, seq: int, context: Any) -> Ticket:
+        """A prepared call's run (hocc._C.PreparedRun) on the worker, as push_run's."""
+        t = Ticket(self, context)
+        with self._lock:
+            self._forget_done()
+            t.n = run.push(inp.data_ptr(), out.data_ptr(), seq)
+            self._pending.append(t)
+        return t
+
     def run_here(self, executor: Any, plan: Any, inp: Any, out: Any, dtype: str, op: str,
                  call: tuple[int, int, int, str, str] | None, seq: int, around: Around | None = None) -> bool:
         """A sync call's Executor.run of `plan` on this thread, without the GIL (within around(run, False)
