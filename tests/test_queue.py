@@ -1,6 +1,7 @@
 """The engine's call queue (hocc/engine/queue.py, csrc/executor/call_queue.h):
 queued calls run in the order they were made whether they run with no Python
-(a plain plan run) or as a Python item; a queued run's failure reaches every
+(a plain plan run) or with Python around the run; a queued run's failure, or
+one raised around it, reaches every
 rank, and the calls queued after it fail without touching their tensors; an
 abort drops what has not begun; the watchdog ends a queued run that waits on
 a healthy peer."""

@@ -243,16 +243,16 @@ class Engine:
             note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
             self.recorder.made(call.seq, collective, count, dtype, elem_size, reduce_op, entry, time.time_ns())
-        around = self._around(entry, call, cfg, trial)
-        work = self._run(entry, inp, out, dtype, reduce_op, call, cfg, async_op, around)
+        stream = None if self._cpu else torch.cuda.current_stream(self.device)  # the caller's, for the run
+        around = self._around(entry, call, cfg, trial, stream)
+        work = self._run(entry, inp, out, dtype, reduce_op, call, cfg, async_op, around, stream)
         if around is None and self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
             self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
         return work
 
-    def _around(self, entry: Compiled, call: Call, cfg: Config, trial: Trial | None) -> Around | None:
+    def _around(self, entry: Compiled, call: Call, cfg: Config, trial: Trial | None, stream: Any) -> Around | None:
         """What a call needs of Python around its plan run (queue.Around), or None: a plain call, the
         executor's run alone (a CPU plan already set up, no trial, no HOCC_CHECK=all, no trace)."""
-        stream = None if self._cpu else torch.cuda.current_stream(self.device)
         check = cfg.check
         if stream is None and trial is None and entry.setup.done and check != "all" and not self.cfg.trace:
             return None
@@ -289,7 +289,7 @@ class Engine:
         return around
 
     def _run(self, entry: Compiled, inp: torch.Tensor, out: torch.Tensor, dtype: str, reduce_op: str, call: Call,
-             cfg: Config, async_op: bool, around: Around | None) -> Work | None:
+             cfg: Config, async_op: bool, around: Around | None, stream: Any = None) -> Work | None:
         """Every call's one way: its plan run (within `around`, if it has one), sync on this thread when
         the queue is idle (its failure raises here), else queued to the worker (its failure comes back
         through _queued_run_failed, on the worker)."""
@@ -303,8 +303,7 @@ class Engine:
                 raise self._run_failed(call, cfg, e) from e
         ticket = self._queue.push_run(self.executor, entry.cpp, inp, out, dtype, reduce_op, cpp_call, call.seq,
                                       (entry, call, cfg, inp, out), around)
-        return self._handed(Work(ticket, [out], None if self._cpu else torch.cuda.current_stream(self.device)),
-                            async_op)
+        return self._handed(Work(ticket, [out], stream), async_op)
 
     def _prepare(self, key: tuple[Any, ...], entry: Compiled, call: Call, cfg: Config) -> None:
         """Make the call shape `key` a prepared one (_prepared), bounded as the plan cache is."""
