@@ -144,24 +144,27 @@ class CallQueue:
                  around: Around | None = None) -> Ticket:
         """Executor.run of `plan` on the worker, within around(run, True) if given (its value is the
         ticket's result); `context` (which must hold the tensors and the plan) is kept until it is done."""
-        t = Ticket(self, context)
-        wrapped = None
-        if around is not None:
-            def wrapped(run: Callable[[], None]) -> None:
-                t._result = around(run, True)
+        def push(t: Ticket) -> int:
+            wrapped = None
+            if around is not None:
+                def wrapped(run: Callable[[], None]) -> None:
+                    t._result = around(run, True)
 
-        with self._lock:
-            self._forget_done()
-            t.n = self.cpp.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq, wrapped)
-            self._pending.append(t)
-        return t
+            return int(self.cpp.push_run(executor, plan, inp.data_ptr(), out.data_ptr(), dtype, op, call, seq,
+                                         wrapped))
+
+        return self._pushed(context, push)
 
     def push_prepared(self, run: Any, inp: Any, out: Any, seq: int, context: Any) -> Ticket:
         """A prepared call's run (hocc._C.PreparedRun) on the worker, as push_run's."""
+        return self._pushed(context, lambda _: int(run.push(inp.data_ptr(), out.data_ptr(), seq)))
+
+    def _pushed(self, context: Any, push: Callable[[Ticket], int]) -> Ticket:
+        """The Ticket of the item push(ticket) queues (returning its number), kept until it is done."""
         t = Ticket(self, context)
         with self._lock:
             self._forget_done()
-            t.n = run.push(inp.data_ptr(), out.data_ptr(), seq)
+            t.n = push(t)
             self._pending.append(t)
         return t
 

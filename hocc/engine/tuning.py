@@ -213,11 +213,7 @@ class Tuner:
             return self.table(collective, elem_size).pick(count * elem_size), None
         b = self._buckets.get(key)
         if b is None:
-            self._wait_due(gone)
-            b = self._buckets[key] = self._plan_trials(collective, count, elem_size)
-            if b.decided is not None:  # settled by the model: no trials
-                with self._lock:
-                    self._decided[key] = b.decided
+            b = self._planned(key, gone, collective, count, elem_size)
         while True:
             if b.ran_first < b.deferred and b.first is not None:  # not worth measuring yet: an ordinary call
                 b.ran_first += 1
@@ -228,12 +224,7 @@ class Tuner:
                 break
             # its check ended without deciding: trials next ('trials', 'now' or 'wide'), planned at the same
             # call on every rank
-            self._wait_due(gone)
-            made = b.made + b.ran_first + len(b.schedule)
-            b = self._buckets[key] = self._plan_trials(collective, count, elem_size, b.replan, made)
-            if b.decided is not None:
-                with self._lock:
-                    self._decided[key] = b.decided
+            b = self._planned(key, gone, collective, count, elem_size, b.replan, b.made + b.ran_first + len(b.schedule))
         if b.due():  # every trial issued: wait for the worker's decision
             return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
@@ -254,6 +245,16 @@ class Tuner:
         with self._lock:
             known = self._decided.get((collective, dtype, bucket_of(count * elem_size)))
         return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
+
+    def _planned(self, key: tuple[str, str, int], gone: Callable[[], str | None], collective: str, count: int,
+                 elem_size: int, mode: str = "", made: int = 0) -> _Bucket:
+        """The bucket's new plan (_plan_trials), kept; one the model settles is decided at once."""
+        self._wait_due(gone)
+        b = self._buckets[key] = self._plan_trials(collective, count, elem_size, mode, made)
+        if b.decided is not None:  # settled by the model: no trials
+            with self._lock:
+                self._decided[key] = b.decided
+        return b
 
     def _wait_due(self, gone: Callable[[], str | None]) -> None:
         """Before a bucket's trials are planned: a decision refits the model that plans them, so wait for
@@ -389,7 +390,7 @@ class Tuner:
         """After the first round: keep the candidates within KEEP_WITHIN of the
         fastest for the later rounds, or decide now (one left, or no later round)."""
         first = self._agreed(b, list(range(len(b.candidates))))
-        if b.price is not None:
+        if b.price is not None:  # a check
             self._checked(key, b, first[0], b.price)
             return
         fastest = min(first.values())
