@@ -341,7 +341,7 @@ def check_capture(device: str) -> dict:
             "reduce_scatter_tensor": lambda y: hocc.reduce_scatter_tensor(torch.empty_like(y), y),
         }
         for name, call in calls.items():
-            seq = engine._seq if engine is not None else None
+            seq = engine.calls_made if engine is not None else None
             graph = torch.cuda.CUDAGraph()
             message = ""
             try:
@@ -353,7 +353,7 @@ def check_capture(device: str) -> dict:
             except RuntimeError as e:  # the capture itself broke: what the check is there to prevent
                 message = f"UNCLEAR: {type(e).__name__}: {e}"
             refused = "captured into a CUDA graph" in message and "outside torch.cuda.graph" in message
-            nothing_enqueued = engine is not None and engine._seq == seq
+            nothing_enqueued = engine is not None and engine.calls_made == seq
             results[f"{name}_refused"] = refused and nothing_enqueued
             messages[name] = message[:400]
         results["not_capturing_after"] = not torch.cuda.is_current_stream_capturing()

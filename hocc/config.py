@@ -290,6 +290,20 @@ def get_config() -> Config:
     return _config
 
 
+_on_change: list[Callable[[], None]] = []
+
+
+def on_change(fn: Callable[[], None]) -> None:
+    """Call `fn` whenever the settings change (configure, reset_config): hocc.api.repeat's table of
+    prepared calls, which runs them without asking get_config(), forgets them there."""
+    _on_change.append(fn)
+
+
+def _changed() -> None:
+    for fn in _on_change:
+        fn()
+
+
 def configure(**changes: object) -> Config:
     """Change settings for this process, e.g. hocc.configure(algo="ho_ring").
     Every value goes through its row's parser, as the HOCC_* variables do:
@@ -307,6 +321,7 @@ def configure(**changes: object) -> Config:
             raise ValueError(f"hocc.configure: no setting {name!r}; the settings are {known}")
         parsed[row.name] = row.parse(value, name)
     _config = _apply(get_config(), parsed)
+    _changed()
     return _config
 
 
@@ -314,6 +329,7 @@ def reset_config() -> None:
     """Forget the settings: the next call reads the environment again (and runs under it, as after configure())."""
     global _config
     _config = None
+    _changed()
 
 
 __all__ = ["algo_choices", "BY_NAME", "CALL_SETTINGS", "ENGINE_SETTINGS", "NET_TRANSPORTS", "SETTINGS", "Config",

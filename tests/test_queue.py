@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 import hocc
 from hocc.engine.group_engines import find_engine
+from hocc.executor import load
 from tests.worlds import hocc_env, run_world
 
 CPU = torch.device("cpu")
@@ -251,10 +252,8 @@ def _prepared_body(rank: int, world: int) -> None:
         hocc.all_reduce(x)
     assert torch.all(x == rank), "a failed prepared call wrote its tensor"
     assert "all_reduce of 7 float32" in str(failed.value), failed.value
-    assert not eng._prepared  # a failed group keeps nothing to run; what the API's table (weakly) or this
-    from hocc.api import repeat  # error's frames still hold of it no longer holds the executor
-    kept = [ref() for _, ref, _ in repeat._known.values()]
-    assert kept and all(p is None or p.run is None for p in kept), kept
+    assert not eng._prepared  # a failed group keeps nothing to run, nor does the API's table (hocc.api.repeat)
+    assert load().repeat_size() == 0, "the table of repeated calls still holds a failed engine's runs"
     with pytest.raises(hocc.CollectiveError, match="failed earlier"):
         hocc.all_reduce(x)
 

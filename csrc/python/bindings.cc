@@ -345,6 +345,7 @@ PYBIND11_MODULE(_C, m) {
       .def("records", &Executor::records, "the kept RunRecords, oldest first (also while a run goes)");
 
   bind_call_queue(m);
+  bind_repeat(m);
 
   py::class_<RunRecord, std::shared_ptr<RunRecord>>(m, "RunRecord",
                                                     "one run's steps and ring exchanges, as this rank ran them")

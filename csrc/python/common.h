@@ -47,3 +47,16 @@ struct __attribute__((visibility("hidden"))) PythonFailure : std::runtime_error 
 // fields of hocc::Error (stage, chunk, step, ranks, cause; stage -1 outside any step), or a PythonFailure's
 // own exception. Holds the GIL.
 pybind11::object python_error(const std::exception_ptr& e);  // bindings.cc
+
+// A prepared call shape's run (queue_bindings.cc's PreparedRun), as the drop-in's table of repeated calls
+// (repeat_bindings.cc) calls it: with no pybind11 dispatch in between.
+struct PreparedCall {
+  virtual ~PreparedCall() = default;
+  // the call's number on its engine's queue, whose last call's plan is `entry` from now (PyCallQueue::begin)
+  virtual int64_t begin(pybind11::handle entry) = 0;
+  // the run on this thread if the queue is idle (false: busy, nothing done); a failure throws
+  virtual bool run_here(uintptr_t input, uintptr_t output, int64_t seq) = 0;
+};
+PreparedCall& prepared_call(pybind11::handle run);  // queue_bindings.cc; cast_error for another object
+
+void bind_repeat(pybind11::module_& m);  // repeat_bindings.cc

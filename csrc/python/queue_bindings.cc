@@ -234,6 +234,16 @@ class PyCallQueue {
       if (timeout_s >= 0 && std::chrono::steady_clock::now() >= until) return w;
     }
   }
+  // The engine's next call: its number (calls made so far, alike on every rank) and, as the last call's,
+  // its plan `entry` (hocc.engine.plan_cache.Compiled). Here, not in the engine, so that a repeated call
+  // made in C++ (repeat_bindings.cc) counts as one made in Python does. Under the GIL.
+  int64_t begin(py::object entry) {
+    last_ = std::move(entry);
+    return made_++;
+  }
+  int64_t made() const { return made_; }
+  py::object last() const { return last_; }
+
   CallQueue& q() { return *q_; }
   void mark_failed() { failed_.store(true, std::memory_order_release); }
   void close() {
@@ -245,6 +255,8 @@ class PyCallQueue {
 
  private:
   py::function on_error_, on_done_;
+  int64_t made_ = 0;
+  py::object last_ = py::none();
   std::atomic<bool> failed_{false};
   std::unique_ptr<CallQueue> q_;  // last: its worker stops before the callbacks go
 };
@@ -253,7 +265,7 @@ class PyCallQueue {
 // one crossing into C++ with the buffers and the call number, on this thread or queued (the engine's
 // prepared calls). Holds its
 // queue, executor and plan alive.
-class PreparedRun {
+class PreparedRun final : public PreparedCall {
  public:
   PreparedRun(py::object queue, py::object executor, py::object plan, const std::string& dtype,
               const std::string& op, const std::optional<CallTuple>& call)
@@ -261,7 +273,8 @@ class PreparedRun {
         queue_(std::move(queue)), executor_(std::move(executor)), plan_(std::move(plan)),
         q_(&queue_.cast<PyCallQueue&>()) {}
 
-  bool run_here(uintptr_t input, uintptr_t output, int64_t seq) {
+  int64_t begin(py::handle entry) override { return q_->begin(py::reinterpret_borrow<py::object>(entry)); }
+  bool run_here(uintptr_t input, uintptr_t output, int64_t seq) override {
     return q_->run_plan_here(proto_.with(input, output, seq));
   }
   uint64_t push(uintptr_t input, uintptr_t output, int64_t seq) { return q_->push_plan(proto_.with(input, output, seq)); }
@@ -273,6 +286,8 @@ class PreparedRun {
 };
 
 }  // namespace
+
+PreparedCall& prepared_call(py::handle run) { return run.cast<PreparedRun&>(); }
 
 void bind_call_queue(py::module_& m) {
   m.def("mark_python_ending", [] { python_ended.store(true, std::memory_order_release); },
@@ -300,6 +315,10 @@ void bind_call_queue(py::module_& m) {
            "call on_done once `ticket` is done; False if it already is")
       .def("busy_for", [](PyCallQueue& q) { return q.q().busy_for(); }, "seconds the running item has run; 0: idle")
       .def_property_readonly("on_worker", [](PyCallQueue& q) { return q.q().on_worker(); })
+      .def("begin", &PyCallQueue::begin, py::arg("entry"),
+           "the next call's number; `entry` (its plan) is the last call's from now")
+      .def_property_readonly("made", &PyCallQueue::made, "calls begun so far")
+      .def_property_readonly("last", &PyCallQueue::last, "the last call's plan entry (None before the first)")
       .def("mark_failed", &PyCallQueue::mark_failed, "plan runs not begun fail without running (the group failed)")
       .def("close", &PyCallQueue::close, "run what is queued, then stop and join the worker")
       .def("cancel", [](PyCallQueue& q, const std::string& why) { return q.q().cancel(why); }, py::arg("why"),

@@ -2,7 +2,12 @@
 `algo` ('auto', 'native', 'ring', 'ho_ring'). Thin: validate, then hand the
 call to the group's engine (hocc.engine.engine.Engine.run). Arrays of other
 libraries (CuPy, NumPy) go through DLPack (hocc.api.dlpack); a call on a
-stream being captured into a CUDA graph raises (hocc.api.capture)."""
+stream being captured into a CUDA graph raises (hocc.api.capture).
+
+A sync call of a shape its engine has prepared runs from C++ before anything
+here (run_known, hocc.api.repeat): each tensor call's first line, so that a
+repeated call makes no Python frame but that function's. The full way
+(validation, DLPack, the engine) is the `_full` function beside it."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import torch.distributed as dist
 from hocc.api import validate as v
 from hocc.api.capture import check_not_capturing
 from hocc.api.dlpack import accepts_arrays
-from hocc.api.repeat import learn, run_known
+from hocc.api.repeat import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, learn, run_known
 from hocc.config import get_config
 from hocc.engine.engine import Engine
 from hocc.engine.group_engines import get_engine
@@ -30,12 +35,17 @@ def _engine(group: dist.ProcessGroup, device: torch.device, refresh: bool = True
     return get_engine(group, device, get_config(), refresh)
 
 
-@accepts_arrays("tensor")
 def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.ProcessGroup | None = None,
                async_op: bool = False, *, algo: str | None = None) -> Work | None:
     """Reduce `tensor` across the group, in place on every rank."""
-    if not async_op and run_known("all_reduce", tensor, tensor, op, group, algo):
+    if not async_op and run_known(ALL_REDUCE, tensor, tensor, op, group, algo):
         return None
+    return _all_reduce_full(tensor, op, group, async_op, algo=algo)
+
+
+@accepts_arrays("tensor", name="all_reduce")
+def _all_reduce_full(tensor: torch.Tensor, op: object, group: dist.ProcessGroup | None, async_op: bool, *,
+                     algo: str | None) -> Work | None:
     fn = "all_reduce"
     g = v.resolve_group(group, fn)
     v.check_tensor(tensor, "tensor", fn)
@@ -49,13 +59,18 @@ def all_reduce(tensor: torch.Tensor, op: object = ReduceOp.SUM, group: dist.Proc
     return work
 
 
-@accepts_arrays("output_tensor")
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                            group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                            algo: str | None = None) -> Work | None:
     """Gather every rank's `input_tensor` into `output_tensor`, by group rank."""
-    if not async_op and run_known("all_gather", input_tensor, output_tensor, None, group, algo):
+    if not async_op and run_known(ALL_GATHER, input_tensor, output_tensor, None, group, algo):
         return None
+    return _all_gather_full(output_tensor, input_tensor, group, async_op, algo=algo)
+
+
+@accepts_arrays("output_tensor", name="all_gather_into_tensor")
+def _all_gather_full(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup | None,
+                     async_op: bool, *, algo: str | None) -> Work | None:
     fn = "all_gather_into_tensor"
     g = v.resolve_group(group, fn)
     v.check_tensor(output_tensor, "output_tensor", fn)
@@ -71,13 +86,18 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     return work
 
 
-@accepts_arrays("output")
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
                           group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                           algo: str | None = None) -> Work | None:
     """Reduce `input` (world blocks) across the group; rank r gets block r in `output`."""
-    if not async_op and run_known("reduce_scatter", input, output, op, group, algo):
+    if not async_op and run_known(REDUCE_SCATTER, input, output, op, group, algo):
         return None
+    return _reduce_scatter_full(output, input, op, group, async_op, algo=algo)
+
+
+@accepts_arrays("output", name="reduce_scatter_tensor")
+def _reduce_scatter_full(output: torch.Tensor, input: torch.Tensor, op: object, group: dist.ProcessGroup | None,
+                         async_op: bool, *, algo: str | None) -> Work | None:
     fn = "reduce_scatter_tensor"
     g = v.resolve_group(group, fn)
     v.check_tensor(output, "output", fn)
@@ -127,14 +147,18 @@ def all_gather_single(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                       group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                       algo: str | None = None) -> Work | None:
     """torch 2.13's preferred name for all_gather_into_tensor."""
-    return all_gather_into_tensor(output_tensor, input_tensor, group, async_op, algo=algo)
+    if not async_op and run_known(ALL_GATHER, input_tensor, output_tensor, None, group, algo):
+        return None
+    return _all_gather_full(output_tensor, input_tensor, group, async_op, algo=algo)
 
 
 def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, op: object = ReduceOp.SUM,
                           group: dist.ProcessGroup | None = None, async_op: bool = False, *,
                           algo: str | None = None) -> Work | None:
     """torch 2.13's preferred name for reduce_scatter_tensor."""
-    return reduce_scatter_tensor(output, input, op, group, async_op, algo=algo)
+    if not async_op and run_known(REDUCE_SCATTER, input, output, op, group, algo):
+        return None
+    return _reduce_scatter_full(output, input, op, group, async_op, algo=algo)
 
 
 def plan_for(collective: str, tensor: torch.Tensor, group: dist.ProcessGroup | None = None,

@@ -111,13 +111,15 @@ def caller_stream(arrays: list[object]) -> Iterator[None]:
         yield
 
 
-def accepts_arrays(*outputs: str) -> Callable[[F], F]:
+def accepts_arrays(*outputs: str, name: str | None = None) -> Callable[[F], F]:
     """Let a drop-in call take DLPack arrays (and lists of them) wherever it takes
-    tensors; `outputs` name the parameters results are written into. Calls with
-    tensors only go straight through."""
+    tensors; `outputs` name the parameters results are written into, `name` the
+    call in errors (default: the function's). Calls with tensors only go straight
+    through."""
 
     def wrap(fn: F) -> F:
         sig = inspect.signature(fn)
+        fn_name = name or fn.__name__
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -127,13 +129,13 @@ def accepts_arrays(*outputs: str) -> Callable[[F], F]:
             arrays = [v for value in bound.arguments.values()
                       for v in (value if isinstance(value, (list, tuple)) else [value]) if is_array(v)]
             with caller_stream(arrays):
-                for name, value in bound.arguments.items():
-                    out = name in outputs
+                for arg, value in bound.arguments.items():
+                    out = arg in outputs
                     if isinstance(value, (list, tuple)) and any(is_array(v) for v in value):
-                        bound.arguments[name] = [as_tensor(v, f"{name}[{i}]", fn.__name__, out)
+                        bound.arguments[arg] = [as_tensor(v, f"{arg}[{i}]", fn_name, out)
                                                  for i, v in enumerate(value)]
                     elif is_array(value):
-                        bound.arguments[name] = as_tensor(value, name, fn.__name__, out)
+                        bound.arguments[arg] = as_tensor(value, arg, fn_name, out)
                 return fn(*bound.args, **bound.kwargs)
 
         return call  # type: ignore[return-value]

@@ -69,12 +69,10 @@ class Engine:
         prefix = f"hocc/{key}/{_generations[key]}"
         _generations[key] += 1
         self.prefix = prefix
-        self._seq = 0  # calls made, numbered alike on every rank (the call check compares them)
         self.failed: str | None = None  # the first failure: every later call raises it
         self._check_pg: Any = None  # HOCC_CHECK's gloo group
         self.topology = resolve_topology(info, prefix, cfg, device)
         self._group: weakref.ref[dist.ProcessGroup] | None = None  # the API's group, when it made this engine
-        self._last: Compiled | None = None  # the last call's plan (last_plan)
         # what a call of (collective, count, elem_size, algo, dtype) runs, where that can no longer change
         # (a fixed algo, or auto's bucket decided), under the config object `_ready_cfg`: a repeated call
         # skips planning and auto's lookup (half the engine's Python per call)
@@ -82,12 +80,15 @@ class Engine:
         self._ready_cfg: Config | None = None
         # a sync CPU call of a ready shape that ran as the executor's run alone, made once into C++
         # (_C.PreparedRun): its next call is this lookup and one crossing, keyed on what the caller
-        # passes (collective, input and output sizes, torch dtype, op, algo), under `_ready_cfg` too
+        # passes (collective, input and output sizes, torch dtype, op, algo), under `_ready_cfg` too;
+        # the drop-in's repeated calls find them in C++ (hocc.api.repeat)
         self._prepared: dict[tuple[Any, ...], Prepared] = {}
         self.plans = PlanCache(self.topology)
         self._settings: tuple[Config, PlannerConfig] | None = None
         self._tuners: dict[PlannerConfig, Tuner] = {}  # auto's choices per planner settings
         self._tuning_file = TuningFile(cfg.tuning_file) if cfg.tuning_file else None
+        # also numbers the calls (alike on every rank: the call check compares them) and keeps the last
+        # call's plan (last_plan), for the calls made in C++ too (hocc.api.repeat)
         self._queue = CallQueue(self._queued_run_failed, self._dropped)
         self._lock = threading.Lock()
         self.closed: str | None = None  # why calls can no longer run ('closed', 'aborted (...)')
@@ -202,6 +203,16 @@ class Engine:
         return self._compiled(collective, count, elem_size, algo, cfg)[0].plan
 
     @property
+    def calls_made(self) -> int:
+        return int(self._queue.cpp.made)
+
+    @property
+    def _last(self) -> Compiled | None:
+        """The last call's plan entry."""
+        last: Compiled | None = self._queue.cpp.last
+        return last
+
+    @property
     def last_plan(self) -> Plan | None:
         """The plan of this engine's last call (built now if it was a scaled one); its
         meta['transports'] says what carried each of this rank's groups ('stage 0 ring [0,4]': 'ucx')."""
@@ -236,9 +247,7 @@ class Engine:
         dtype = dtype_name(inp.dtype)
         elem_size = inp.element_size()
         entry, trial = self._ready_or_compiled(collective, count, elem_size, algo or cfg.algo, cfg, dtype)
-        self._last = entry
-        call = Call(self._seq, collective, count, dtype, reduce_op, entry.algo, entry.hash)
-        self._seq += 1
+        call = Call(self._queue.cpp.begin(entry), collective, count, dtype, reduce_op, entry.algo, entry.hash)
         if self._cpu:
             note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:  # noted when made, in call order, whichever way the call then runs
@@ -310,7 +319,7 @@ class Engine:
         if self.closed is not None or self.failed is not None:
             return
         if len(self._prepared) >= self.plans.size:
-            self._prepared.pop(next(iter(self._prepared))).run = None  # oldest out
+            self._let_go(self._prepared.pop(next(iter(self._prepared))))  # oldest out
         cpp_call = call.cpp() if cfg.check != "off" else None
         run = load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op, cpp_call)
         self._prepared[key] = Prepared(key, run, entry, call.collective, call.count, call.dtype, key[3].itemsize,
@@ -321,50 +330,63 @@ class Engine:
         it is still one under the current settings (hocc.api.repeat keeps them by the API's arguments)."""
         return self._prepared.get(key) if get_config() is self._ready_cfg else None
 
-    def run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor) -> bool:
-        """A sync call of prepared shape `p` (hocc.api.repeat), if `p` is still this engine's: then True
-        once it ran. False: nothing done (the settings changed, or the engine failed or closed since)."""
-        cfg = get_config()
-        if cfg is not self._ready_cfg or self._prepared.get(p.key) is not p:
-            return False
-        self._run_prepared(p, inp, out, cfg)
-        return True
-
     def _run_prepared(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, cfg: Config,
                       async_op: bool = False) -> Work | None:
         """A prepared call (_prepared): one crossing into C++, on this thread if it is sync and the queue is
-        idle, else queued."""
-        seq = self._seq
-        self._seq = seq + 1
-        self._last = p.entry
+        idle, else queued. hocc.api.repeat's table makes a repeated sync call the same way in C++
+        (csrc/python/repeat_bindings.cc: these steps, then _prepared_failed or _prepared_busy)."""
+        seq = self._queue.cpp.begin(p.entry)
         note_cpu_call(cfg.malloc_trim_s)
         if self.recorder.on:
-            self.recorder.made(seq, p.collective, p.count, p.dtype, p.elem_size, p.op, p.entry, time.time_ns())
+            self.recorder.made(seq, *p.record_fields(), time.time_ns())
+        if async_op:
+            return self._prepared_busy(p, inp, out, seq, async_op)
         run = p.run  # read once: abort() on the watchdog's thread may drop it meanwhile
         if run is None:  # dropped since it was looked up: the engine failed or closed
             raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        failed: Exception | None = None
         try:
-            if not async_op:
-                failed: Exception | None = None
-                try:
-                    if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
-                        return None
-                except (load().HoccNativeError, load().HoccMismatchError) as e:
-                    failed = e
-                if failed is not None:
-                    raise self._run_failed(p.call(seq), cfg, failed) from failed
-            self.check_usable(p.collective)  # queued: a closing engine's queue refuses it (busy: its turn comes)
-            ticket = self._queue.push_prepared(run, inp, out, seq, (p.entry, p.call(seq), cfg, inp, out))
+            if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
+                return None
+        except (load().HoccNativeError, load().HoccMismatchError) as e:
+            failed = e
         finally:
             del run  # a caught error's frames must not hold the executor (the run holds it)
+        if failed is not None:
+            raise self._prepared_failed(p, seq, failed)
+        return self._prepared_busy(p, inp, out, seq)
+
+    def _prepared_failed(self, p: Prepared, seq: int, err: Exception) -> BaseException:
+        """The error that call `seq` of prepared shape `p` raises for its run's failure `err` (its cause)."""
+        exc = self._run_failed(p.call(seq), get_config(), err)
+        exc.__cause__ = err
+        return exc
+
+    def _prepared_busy(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, seq: int,
+                       async_op: bool = False) -> Work | None:
+        """Call `seq` of prepared shape `p` queued (async, or the queue is busy); a sync one returns when done."""
+        run = p.run
+        if run is None:
+            raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        try:
+            self.check_usable(p.collective)  # queued: a closing engine's queue refuses it (busy: its turn comes)
+            ticket = self._queue.push_prepared(run, inp, out, seq, (p.entry, p.call(seq), get_config(), inp, out))
+        finally:
+            del run
         return self._handed(Work(ticket, [out]), async_op)
 
     def _drop_prepared(self) -> None:
         """Forget the prepared calls, and let go of their C++ runs, each of which holds the executor (and
         through it the transport): a Prepared may live on in a caught error's frames."""
         for p in self._prepared.values():
-            p.run = None
+            self._let_go(p)
         self._prepared = {}
+
+    @staticmethod
+    def _let_go(p: Prepared) -> None:
+        if p.run is not None:
+            load().repeat_forget(p.run)  # hocc.api.repeat's table (in C++) holds it too
+            p.run = None
 
     def _queued_run_failed(self, ticket: Ticket, err: Exception) -> BaseException:
         """The error a queued plain call raises (on the worker, holding the GIL)."""

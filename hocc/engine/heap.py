@@ -16,6 +16,7 @@ holds each arena's lock in turn. It runs beside the calls, never inside one."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,13 @@ def _malloc_trim() -> Callable[[], Any] | None:
     return lambda: fn(0)
 
 
+def _tell_table(noted: bool) -> None:
+    """hocc.api.repeat's table (C++) calls note_cpu_call only while the trimmer needs a note."""
+    cpp = sys.modules.get("hocc._C")  # not loaded: no table yet
+    if cpp is not None:
+        cpp.set_heap_noted(noted)
+
+
 class HeapTrimmer:
     """The thread that trims: it sleeps until a call is noted, waits the
     interval (calls noted meanwhile ride along), trims, and sleeps again."""
@@ -50,6 +58,7 @@ class HeapTrimmer:
         self.interval_s = interval_s
         if not self.noted:  # set() takes a lock: the calls between two trims but the first skip it
             self.noted = True
+            _tell_table(True)
             self._called.set()
 
     def _loop(self) -> None:
@@ -57,6 +66,7 @@ class HeapTrimmer:
             self._called.wait()  # idle: no wake-ups while no hocc call runs
             time.sleep(self.interval_s)
             self._called.clear()
+            _tell_table(False)  # first: a call between the two finds noted still set, and the next sets both
             self.noted = False  # after the clear: a call noted between the two sets it again
             self.trim()
             self.trims += 1
@@ -75,6 +85,7 @@ def note_cpu_call(interval_s: float) -> None:
         t.interval_s = interval_s
         return
     if interval_s <= 0 or _no_trim:
+        _tell_table(True)  # nothing to note (a change of settings makes the table ask again)
         return
     if t is None:  # first call, or a forked child's (the thread stayed in the parent: _forked)
         with _lock:
@@ -83,6 +94,7 @@ def note_cpu_call(interval_s: float) -> None:
                 trim = _malloc_trim()
                 if trim is None:
                     _no_trim = True
+                    _tell_table(True)
                     return
                 t = _trimmer = HeapTrimmer(trim, interval_s)
     t.note_call(interval_s)
@@ -91,6 +103,7 @@ def note_cpu_call(interval_s: float) -> None:
 def _forked() -> None:
     global _trimmer, _lock
     _trimmer, _lock = None, threading.Lock()  # the parent's thread is not in the child; its lock may be held
+    _tell_table(False)
 
 
 at_fork_in_child(_forked)  # hocc's one place for fork and exit (hocc/executor/lifecycle.py)

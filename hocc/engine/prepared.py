@@ -23,6 +23,10 @@ class Prepared:
     elem_size: int
     op: str
 
+    def record_fields(self) -> tuple[str, int, str, int, str, Compiled]:
+        """What the flight recorder notes of each of its calls, after the call's number (Recorder.made)."""
+        return self.collective, self.count, self.dtype, self.elem_size, self.op, self.entry
+
     def call(self, seq: int) -> Call:
         """Call number `seq` of this shape (for its error, or the queued way)."""
         return Call(seq, self.collective, self.count, self.dtype, self.op, self.entry.algo, self.entry.hash)

@@ -28,7 +28,7 @@ def engine_stats(engine: Any) -> dict[str, Any]:
                     "bytes_per_s": t.bytes / t.seconds if t.seconds > 0 else 0.0}
              for name, t in sorted(rec.stats_totals().items())}
     out: dict[str, Any] = {"group": engine.info.name, "rank": engine.rank, "size": engine.size,
-                           "calls": engine._seq, "recorded": len(rec.calls), "failed": len(rec.failures),
+                           "calls": engine.calls_made, "recorded": len(rec.calls), "failed": len(rec.failures),
                            "tiers": tiers}
     out["skew"] = _arrival_skew(engine, rec.arrivals(ARRIVALS_KEPT))
     return out
