@@ -15,7 +15,7 @@ candidate runs a warm-up call the first time this engine runs it
 (communicator set-up is not timed), then three interleaved rounds, each a
 burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
 fastest by the model's price; one round of one call when a call costs
-seconds), each burst started together on all ranks (a barrier: the previous
+seconds), each burst started together on all ranks (a barrier, hocc's own on CPU: the previous
 candidate's stragglers are not its cost), each candidate's median call kept
 (above 0.25 s a call, one call each and no warm-up: set-up is noise there).
 After the first round the ranks agree on what they measured so far and drop
