@@ -358,9 +358,7 @@ class Engine:
             self.recorder.made(seq, *p.record_fields(), time.time_ns())
         if async_op:
             return self._prepared_busy(p, inp, out, seq, async_op)
-        run = p.run  # read once: abort() on the watchdog's thread may drop it meanwhile
-        if run is None:  # dropped since it was looked up: the engine failed or closed
-            raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        run = self._prepared_run(p)
         failed: Exception | None = None
         try:
             if run.run_here(inp.data_ptr(), out.data_ptr(), seq):
@@ -373,6 +371,14 @@ class Engine:
             raise self._prepared_failed(p, seq, failed)
         return self._prepared_busy(p, inp, out, seq)
 
+    def _prepared_run(self, p: Prepared) -> Any:
+        """p's C++ run, read once (abort() on the watchdog's thread may drop it meanwhile); dropped since
+        it was looked up, the engine failed or closed: that error."""
+        run = p.run
+        if run is None:
+            raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        return run
+
     def _prepared_failed(self, p: Prepared, seq: int, err: Exception) -> BaseException:
         """The error that call `seq` of prepared shape `p` raises for its run's failure `err` (its cause)."""
         exc = self._run_failed(p.call(seq), get_config(), err)
@@ -382,9 +388,7 @@ class Engine:
     def _prepared_busy(self, p: Prepared, inp: torch.Tensor, out: torch.Tensor, seq: int,
                        async_op: bool = False) -> Work | None:
         """Call `seq` of prepared shape `p` queued (async, or the queue is busy); a sync one returns when done."""
-        run = p.run
-        if run is None:
-            raise self._failed_earlier(p.collective) if self.failed is not None else self._unusable(p.collective)
+        run = self._prepared_run(p)
         try:
             self.check_usable(p.collective)  # queued: a closing engine's queue refuses it (busy: its turn comes)
             ticket = self._queue.push_prepared(run, inp, out, seq, (p.entry, p.call(seq), get_config(), inp, out))
