@@ -62,7 +62,7 @@ test: $(STAMP) lint sanitize
 SAN_DIR := build/sanitize
 # every .cc under csrc/ (what setup.py builds, with the sanitizer's driver in csrc/tests/) but those that
 # need torch or pybind11
-SAN_NEEDS_MORE := device/torch_device.cc transport/c10d.cc python/bindings.cc python/queue_bindings.cc
+SAN_NEEDS_MORE := device/torch_device.cc transport/c10d.cc python/%.cc
 # UCX: the ASan build takes transport/ucx.cc with the libucx wheel that setup.py builds hocc._C with (the
 # venv's; the sanitize recipe finds it), and runs the UCX rails; the TSan build takes it without UCX (the
 # library is not instrumented, so each of its own accesses would be a report), as does a machine without it.
