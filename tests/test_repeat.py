@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -98,6 +99,8 @@ def _remade_world_body(rank: int, world: int) -> None:
     old_world = dist.group.WORLD  # held: its engine is not released with it
     store = dist.distributed_c10d._get_default_store()
     dist.destroy_process_group()
+    with pytest.raises((ValueError, RuntimeError)):  # no world now: the full way says so, nothing runs
+        hocc.all_reduce(torch.ones(3), algo="ring")
     dist.init_process_group("gloo", store=dist.PrefixStore("again", store), rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     made = old_eng.calls_made

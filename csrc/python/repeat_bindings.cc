@@ -156,11 +156,15 @@ PyObject* repeat_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Clear();
     Py_RETURN_FALSE;
   }
-  PyObject* group = named_group(args[4]);
   PyObject* engine_group = PyWeakref_GetObject(it->second.group_ref.ptr());  // borrowed; None once it died
-  if (group == nullptr || engine_group != group) {
+  if (engine_group == nullptr || engine_group == Py_None) {  // its group is gone (its engine closes)
     PyErr_Clear();
-    if (engine_group == Py_None) tab.entries.erase(it);  // its group is gone
+    tab.entries.erase(it);
+    Py_RETURN_FALSE;
+  }
+  PyObject* group = named_group(args[4]);
+  if (group != engine_group) {  // another group, or no world (None), or an error reading it
+    PyErr_Clear();
     Py_RETURN_FALSE;
   }
   const Entry e = it->second;  // held here: the table may change while the run has let go of the GIL
