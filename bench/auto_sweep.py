@@ -3,7 +3,10 @@
 algorithm, --calls calls of each registered algorithm (hocc.plan.registry)
 and auto interleaved (the order rotates each round), every call started together (a
 barrier) and timed on every rank; a call's time is the slowest rank's. auto
-runs as it comes (its trials included) from its group's first call.
+runs as it comes (its trials included) from its group's first call. The
+barrier is a 1-element ho_ring all_reduce on the call's own group: the first
+hocc call after a gloo barrier takes about 3x its time in a loop (emulated
+2x4, 32 B), which every small call here would measure.
 
 For each (op, size) rank 0 prints a JSON line and, at the end, a table:
 - steady: the median call of each algorithm after the first --first calls,
@@ -59,14 +62,14 @@ def main() -> None:
     for op in a.ops.split(","):
         for size in [parse_size(s) for s in a.sizes.split(",")]:
             per = max(1, size // 4 // (1 if op == "all_reduce" else world))
-            big, small = torch.ones(per * world), torch.ones(per)
+            big, small, token = torch.ones(per * world), torch.ones(per), torch.zeros(1)
             groups = {algo: dist.new_group(backend="gloo") for algo in ALGOS}  # fresh engines: auto starts cold
             times = torch.zeros(a.calls, len(ALGOS), dtype=torch.float64)
             for i in range(a.calls):
                 for k in range(len(ALGOS)):
                     j = (i + k) % len(ALGOS)
                     algo, g = ALGOS[j], groups[ALGOS[j]]
-                    dist.barrier()
+                    hocc.all_reduce(token, group=g, algo="ho_ring")  # the barrier: hocc's own (module doc)
                     t0 = time.perf_counter()
                     if op == "all_reduce":
                         hocc.all_reduce(small, group=g, algo=algo)
