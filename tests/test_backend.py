@@ -348,8 +348,10 @@ def _sync_here_body(rank: int, world: int) -> None:
     t = torch.ones(3)
     dist.all_reduce(t)  # the first call of a size sets up its communicators
     pushed: list[str] = []
-    real_run = queue.push_run
+    real_run, real_prepared = queue.push_run, queue.push_prepared
     queue.push_run = lambda *a, **k: pushed.append("run") or real_run(*a, **k)  # type: ignore[method-assign]
+    queue.push_prepared = (  # type: ignore[method-assign]  # a prepared shape's run, queued
+        lambda *a, **k: pushed.append("prepared") or real_prepared(*a, **k))
     for op, want in ((dist.ReduceOp.SUM, world), (dist._make_nccl_premul_sum(0.5), 0.5 * world)):
         t = torch.ones(3)
         dist.all_reduce(t, op=op)  # torch's sync call (opts.asyncOp False): run here, nothing queued
@@ -358,8 +360,8 @@ def _sync_here_body(rank: int, world: int) -> None:
     dist.all_gather(out, torch.full((3,), float(rank)))  # the list form's copy-out, here too
     assert pushed == [] and all(torch.all(o == r) for r, o in enumerate(out))
     t = torch.ones(3)
-    work = dist.all_reduce(t, async_op=True)  # async: queued, whoever then runs it
-    assert work is not None and pushed == ["run"]
+    work = dist.all_reduce(t, async_op=True)  # async: queued (as its plan, or its prepared run), whoever runs it
+    assert work is not None and len(pushed) == 1, pushed
     work.wait()
     assert torch.all(t == world)
 

@@ -459,3 +459,48 @@ def test_tiny_calls_at_the_frames_edge(spec: str) -> None:
 def test_pick_settings_fix_the_depth() -> None:
     assert Pick("ho_ring", 8, "").settings(CPU).chunks == 8
     assert Pick("native", None, "").settings(CPU) is CPU
+
+
+def _world_deferred(rank: int, world: int) -> None:
+    from hocc.config import get_config
+    from hocc.engine.group_engines import find_engine
+
+    def call(i: int) -> None:
+        x = torch.full((5,), float(rank + i))
+        hocc.all_reduce(x)
+        assert torch.all(x == sum(range(world)) + world * i), (i, x)
+
+    call(0), call(1)  # the first sets its communicators up; the second runs plain, and takes the calls left
+    eng = find_engine(dist.group.WORLD, torch.device("cpu"))
+    assert eng is not None
+    b = eng.tuner(get_config())._buckets[("all_reduce", "float32", bucket_of(5 * 4))]
+    left = b.deferred - 2
+    assert left > 0 and b.ran_first == b.deferred, (b.deferred, b.ran_first)  # this test needs a wait to lease
+    full = [0]
+    real = eng.run
+
+    def spy(*args: object, **kw: object) -> object:
+        full[0] += 1
+        return real(*args, **kw)
+
+    eng.run = spy
+    for i in range(left):
+        call(2 + i)
+    assert full == [0], f"{full[0]} of the {left} calls before the trials took the engine's full way"
+    i = 2 + left
+    while not eng.tuner(get_config()).decided():  # the trials, then the decision, alike on every rank
+        call(i)
+        i += 1
+        assert i < 2 + left + 400, "the trials never ended"
+    assert full[0] > 0
+    mine = sorted((k, p.algo, p.chunks) for k, p in eng.tuner(get_config()).decided().items())
+    every: list[object] = [None] * world
+    dist.all_gather_object(every, mine)
+    assert all(e == mine for e in every), every
+
+
+def test_the_calls_before_the_trials_are_prepared() -> None:
+    """The model's pick runs a bucket's calls until its trials are worth their cost; those calls are prepared
+    (counted: Tuner.lease), so they cost what a settled bucket's do, and every rank starts measuring at
+    the same call after them."""
+    run_world(4, _world_deferred, env={**hocc_env("2x2", "shm"), "HOCC_TUNE": "1"}, timeout_s=300)

@@ -52,6 +52,8 @@ pybind11::object python_error(const std::exception_ptr& e);  // bindings.cc
 // (repeat_bindings.cc) calls it: with no pybind11 dispatch in between.
 struct PreparedCall {
   virtual ~PreparedCall() = default;
+  // one call of it, if it has one left (a shape auto runs only until its trials start has a count)
+  virtual bool take() = 0;
   // the call's number on its engine's queue, whose last call's plan is `entry` from now (PyCallQueue::begin)
   virtual int64_t begin(pybind11::handle entry) = 0;
   // the run on this thread if the queue is idle (false: busy, nothing done); a failure throws

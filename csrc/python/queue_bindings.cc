@@ -268,10 +268,17 @@ class PyCallQueue {
 class PreparedRun final : public PreparedCall {
  public:
   PreparedRun(py::object queue, py::object executor, py::object plan, const std::string& dtype,
-              const std::string& op, const std::optional<CallTuple>& call)
+              const std::string& op, const std::optional<CallTuple>& call, int64_t calls)
       : proto_(executor.cast<Executor&>(), plan.cast<const Plan&>(), 0, 0, dtype, op, call, 0),
         queue_(std::move(queue)), executor_(std::move(executor)), plan_(std::move(plan)),
-        q_(&queue_.cast<PyCallQueue&>()) {}
+        q_(&queue_.cast<PyCallQueue&>()), left_(calls) {}
+
+  bool take() override {
+    if (left_ == 0) return false;
+    if (left_ > 0) --left_;
+    return true;
+  }
+  int64_t left() const { return left_; }
 
   int64_t begin(py::handle entry) override { return q_->begin(py::reinterpret_borrow<py::object>(entry)); }
   bool run_here(uintptr_t input, uintptr_t output, int64_t seq) override {
@@ -283,6 +290,7 @@ class PreparedRun final : public PreparedCall {
   PlanRun proto_;
   py::object queue_, executor_, plan_;
   PyCallQueue* q_;
+  int64_t left_;  // calls it may still run (-1: any number; auto's calls before its trials: a count)
 };
 
 }  // namespace
@@ -326,8 +334,11 @@ void bind_call_queue(py::module_& m) {
       .def("join", &PyCallQueue::join);
   py::class_<PreparedRun>(m, "PreparedRun", "one call shape's plan run, made once: run_here or push(input, output, seq)")
       .def(py::init<py::object, py::object, py::object, const std::string&, const std::string&,
-                    const std::optional<CallTuple>&>(),
-           py::arg("queue"), py::arg("executor"), py::arg("plan"), py::arg("dtype"), py::arg("op"), py::arg("call"))
+                    const std::optional<CallTuple>&, int64_t>(),
+           py::arg("queue"), py::arg("executor"), py::arg("plan"), py::arg("dtype"), py::arg("op"), py::arg("call"),
+           py::arg("calls") = -1)
+      .def("take", &PreparedRun::take, "one call of it, if it has one left (then True)")
+      .def_property_readonly("left", &PreparedRun::left, "calls it may still run (-1: any number)")
       .def("run_here", &PreparedRun::run_here, py::arg("input"), py::arg("output"), py::arg("seq"),
            "CallQueue.run_here of this plan on these buffers as call `seq` (the call check's number too)")
       .def("push", &PreparedRun::push, py::arg("input"), py::arg("output"), py::arg("seq"),

@@ -167,6 +167,10 @@ PyObject* repeat_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Clear();
     Py_RETURN_FALSE;
   }
+  if (!it->second.call->take()) {  // its calls are spent (auto's measuring starts): the full way, from now on
+    tab.entries.erase(it);
+    Py_RETURN_FALSE;
+  }
   const Entry e = it->second;  // held here: the table may change while the run has let go of the GIL
   try {
     const int64_t seq = e.call->begin(e.entry);

@@ -240,7 +240,12 @@ class Engine:
         if cfg is self._ready_cfg:
             prepared = self._prepared.get((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo))
             if prepared is not None:
-                return self._run_prepared(prepared, inp, out, cfg, async_op)
+                run = prepared.run
+                if run is not None and run.take():
+                    return self._run_prepared(prepared, inp, out, cfg, async_op)
+                if run is not None:  # its calls are spent (auto measures next): the full way from now on
+                    self._let_go(self._prepared.pop(prepared.key))
+                del run
         if self.failed is not None:
             raise self._failed_earlier(collective)
         self.check_usable(collective)  # before any byte moves: a closed engine takes no new call
@@ -256,8 +261,15 @@ class Engine:
         stream = None if self._cpu else torch.cuda.current_stream(self.device)  # the caller's, for the run
         around = self._around(entry, call, cfg, trial, stream)
         work = self._run(entry, inp, out, dtype, reduce_op, call, cfg, async_op, around, stream)
-        if around is None and self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
-            self._prepare((collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo), entry, call, cfg)
+        if around is None:
+            key = (collective, inp.numel(), out.numel(), inp.dtype, reduce_op, algo)
+            if self._ready.get((collective, count, elem_size, algo or cfg.algo, dtype)) is entry:
+                self._prepare(key, entry, call, cfg)
+            elif trial is None and (algo or cfg.algo) == "auto" and not cfg.debug:
+                # auto's bucket still runs the model's pick before measuring: its next calls of that, prepared
+                calls = self.tuner(cfg).lease(collective, count, elem_size, dtype)
+                if calls:
+                    self._prepare(key, entry, call, cfg, calls)
         return work
 
     def _around(self, entry: Compiled, call: Call, cfg: Config, trial: Trial | None, stream: Any) -> Around | None:
@@ -331,14 +343,18 @@ class Engine:
                                       (entry, call, cfg, inp, out), around)
         return self._handed(Work(ticket, [out], stream), async_op)
 
-    def _prepare(self, key: tuple[Any, ...], entry: Compiled, call: Call, cfg: Config) -> None:
-        """Make the call shape `key` a prepared one (_prepared), bounded as the plan cache is."""
+    def _prepare(self, key: tuple[Any, ...], entry: Compiled, call: Call, cfg: Config, calls: int = -1) -> None:
+        """Make the call shape `key` a prepared one (_prepared), bounded as the plan cache is, for `calls`
+        more calls (-1: any number)."""
         if self.closed is not None or self.failed is not None:
             return
+        old = self._prepared.pop(key, None)  # a shape prepared again (its counted calls spent meanwhile)
+        if old is not None:
+            self._let_go(old)
         if len(self._prepared) >= self.plans.size:
             self._let_go(self._prepared.pop(next(iter(self._prepared))))  # oldest out
         cpp_call = call.cpp() if cfg.check != "off" else None
-        run = load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op, cpp_call)
+        run = load().PreparedRun(self._queue.cpp, self.executor, entry.cpp, call.dtype, call.op, cpp_call, calls)
         self._prepared[key] = Prepared(key, run, entry, call.collective, call.count, call.dtype, key[3].itemsize,
                                        call.op)
 

@@ -231,6 +231,18 @@ class Tuner:
         b.issued += 1
         return b.candidates[cand], Trial(self, b, key, cand, timed, synced, b.due())
 
+    def lease(self, collective: str, count: int, elem_size: int, dtype: str) -> int:
+        """Take, now, the calls of this size's bucket that still run the model's pick before its trials (or
+        its check): a prepared call shape runs them without asking again (Engine._prepare), at the cost of
+        one call each. 0: none left (settled, measuring, or no wait). Every rank makes the same calls, so every
+        rank takes them at the same call and starts measuring at the same call after them."""
+        b = self._buckets.get((collective, dtype, bucket_of(count * elem_size)))
+        if b is None or b.first is None or b.ran_first >= b.deferred:
+            return 0
+        calls = b.deferred - b.ran_first
+        b.ran_first = b.deferred
+        return calls
+
     def settled(self, collective: str, count: int, elem_size: int, dtype: str) -> bool:
         """Whether every later call of this shape picks what pick() answers now: its bucket is decided
         (decisions are final), or there are no trials (the table's pick stands)."""
