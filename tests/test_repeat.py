@@ -17,7 +17,7 @@ import torch.distributed as dist
 import hocc
 from hocc.engine import heap
 from hocc.engine.group_engines import find_engine
-from tests.worlds import run_world
+from tests.worlds import count_full_way, run_world
 
 CPU = torch.device("cpu")
 
@@ -26,19 +26,6 @@ def _world_engine() -> Any:
     e = find_engine(dist.group.WORLD, CPU)
     assert e is not None
     return e
-
-
-def _count_full_way(engine: Any) -> list[int]:
-    """How many calls entered the engine's full way (Engine.run) from now on."""
-    count = [0]
-    real = engine.run
-
-    def spy(*args: Any, **kw: Any) -> Any:
-        count[0] += 1
-        return real(*args, **kw)
-
-    engine.run = spy
-    return count
 
 
 def _repeated_body(rank: int, world: int) -> None:
@@ -52,7 +39,7 @@ def _repeated_body(rank: int, world: int) -> None:
     for _ in range(2):  # the first sets communicators up; the second runs plain, then is prepared
         hocc.all_reduce(torch.full((5,), float(rank)), algo=algo())
     eng = _world_engine()
-    full = _count_full_way(eng)
+    full = count_full_way(eng)
     made = eng.calls_made
     for i in range(4):
         y = torch.full((5,), float(rank + i))

@@ -21,7 +21,7 @@ from hocc.plan.planner import PlannerConfig, predict_all
 from hocc.plan.policy import planner_settings
 from hocc.plan.registry import names
 from hocc.topology import parse_spec
-from tests.worlds import hocc_env, run_world
+from tests.worlds import count_full_way, hocc_env, run_world
 
 TOPO = parse_spec("2x4")
 CPU = planner_settings(PlannerConfig(), "cpu", TOPO)
@@ -476,14 +476,7 @@ def _world_deferred(rank: int, world: int) -> None:
     b = eng.tuner(get_config())._buckets[("all_reduce", "float32", bucket_of(5 * 4))]
     left = b.deferred - 2
     assert left > 0 and b.ran_first == b.deferred, (b.deferred, b.ran_first)  # this test needs a wait to lease
-    full = [0]
-    real = eng.run
-
-    def spy(*args: object, **kw: object) -> object:
-        full[0] += 1
-        return real(*args, **kw)
-
-    eng.run = spy
+    full = count_full_way(eng)
     for i in range(left):
         call(2 + i)
     assert full == [0], f"{full[0]} of the {left} calls before the trials took the engine's full way"

@@ -50,3 +50,18 @@ def run_world(world: int, fn: Callable[..., Any], *args: Any, env: dict[str, str
               timeout_s: float = 300.0, backend: str = "gloo") -> None:
     """Run fn(rank, world, *args) on `world` spawned ranks (default group: `backend`)."""
     start_local_ranks(_entry, (world, free_port(), dict(env or {}), timeout_s, backend, fn, args), world)
+
+
+def count_full_way(engine: Any) -> list[int]:
+    """How many calls enter `engine`'s full way (Engine.run) from now on (the real method still runs): a
+    call that runs from the table of repeated calls, or a prepared call, does not."""
+    count = [0]
+    real = engine.run
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kw)
+
+    engine.run = spy
+    return count
+
