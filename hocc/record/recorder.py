@@ -133,7 +133,8 @@ class Recorder:
     # `calls` before it runs: its run record (the executor's) says whether it began.
     def made(self, seq: int, collective: str, count: int, dtype: str, elem_size: int, op: str, source: PlanSource,
              enqueue_ns: int) -> None:
-        # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here
+        # a plain tuple (a CallRecord's fields, in order): half the cost of making the NamedTuple here; the
+        # table of repeated calls appends the same tuple itself (hocc/api/repeat.py, Prepared.record_fields)
         self.calls.append((seq, collective, count, dtype, elem_size, op, source, enqueue_ns))
 
     def failed(self, seq: int, error: str) -> None:
