@@ -15,9 +15,10 @@ candidate runs a warm-up call the first time this engine runs it
 (communicator set-up is not timed), then three interleaved rounds, each a
 burst of back-to-back calls of each candidate (1-4 calls, about 20 ms of the
 fastest by the model's price; one round of one call when a call costs
-seconds), each burst started together on all ranks (a barrier, hocc's own on CPU: the previous
-candidate's stragglers are not its cost), each candidate's median call kept
-(above 0.25 s a call, one call each and no warm-up: set-up is noise there).
+seconds), each burst started together on all ranks (a barrier, hocc's own on
+CPU: the previous candidate's stragglers are not its cost), each candidate's
+median call kept (above 0.25 s a call, one call each and no warm-up: set-up
+is noise there).
 After the first round the ranks agree on what they measured so far and drop
 every candidate slower than KEEP_WITHIN (1.5x) the fastest: a rival the model
 priced wrongly costs one round, not three (successive halving);
@@ -237,7 +238,7 @@ class Tuner:
         one call each. 0: none left (settled, measuring, or no wait). Every rank makes the same calls, so every
         rank takes them at the same call and starts measuring at the same call after them."""
         b = self._buckets.get((collective, dtype, bucket_of(count * elem_size)))
-        if b is None or b.first is None or b.ran_first >= b.deferred:
+        if b is None or b.first is None or b.ran_first >= b.deferred:  # the same wait as pick()'s
             return 0
         calls = b.deferred - b.ran_first
         b.ran_first = b.deferred
