@@ -168,7 +168,12 @@ class Cluster:
             cmd = ["ip", "netns", "exec", self.namespaces[h], "unshare", "--uts", "sh", "-c",
                    f'hostname {PREFIX}-host{h} && exec "$@"', "sh", python, *prog, *bench_args]
             out = subprocess.DEVNULL if r != 0 else rank0_out
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True))
+            # a process group of its own (kill_ranks ends it whole), but not a session: with the kernel's
+            # autogroups (sched_autogroup_enabled) each session is a scheduling group of its own, so ranks
+            # started with setsid share the cores group against group and a waiting rank's sched_yield()
+            # never hands its core to another rank. torchrun's and mpirun's ranks share one session
+            # (docs/testbed.md, "Measuring fairly")
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, process_group=0))
         return procs
 
 
