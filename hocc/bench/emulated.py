@@ -173,7 +173,10 @@ class Cluster:
             # started with setsid share the cores group against group and a waiting rank's sched_yield()
             # never hands its core to another rank. torchrun's and mpirun's ranks share one session
             # (docs/testbed.md, "Measuring fairly")
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, process_group=0))
+            if sys.version_info >= (3, 11):
+                procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, process_group=0))
+            else:  # Python 3.10's Popen has no process_group
+                procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=out, preexec_fn=os.setpgrp))
         return procs
 
 
