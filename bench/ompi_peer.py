@@ -133,9 +133,10 @@ def host_name(h: int) -> str:
 
 def write_agent(path: Path, cluster: emulated.Cluster) -> None:
     """mpirun's rsh agent: called as `agent [options] HOST COMMAND...` (as ssh), runs COMMAND through a shell in
-    HOST's namespace, with the host's own hostname (a UTS namespace, as bench/cluster.py starts hocc's ranks)."""
-    cases = "\n".join(f"  {host_addr(h)}|{host_name(h)}) ns={ns}; name={host_name(h)} ;;"
-                      for h, ns in enumerate(cluster.namespaces))
+    HOST's namespace and on HOST's CPUs, with the host's own hostname (a UTS namespace), as bench/cluster.py starts
+    hocc's ranks."""
+    cases = "\n".join(f"  {host_addr(h)}|{host_name(h)}) ns={ns}; name={host_name(h)}; "
+                      f"cpus={cluster.host_cpus(h)} ;;" for h, ns in enumerate(cluster.namespaces))
     path.write_text(f"""#!/bin/sh
 # rsh agent for mpirun on the emulated cluster (bench/ompi_peer.py): HOST's command runs in HOST's namespace
 while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
@@ -144,14 +145,15 @@ case "$host" in
 {cases}
   *) echo "ompi rsh agent: no emulated host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1" && shift && exec sh -c "$*"' sh "$name" "$@"
+exec taskset -c "$cpus" ip netns exec "$ns" \\
+  unshare --uts sh -c 'hostname "$1" && shift && exec sh -c "$*"' sh "$name" "$@"
 """)
     path.chmod(0o755)
 
 
 def in_host0(cluster: emulated.Cluster, cmd: list[str]) -> list[str]:
-    return ["ip", "netns", "exec", cluster.namespaces[0], "unshare", "--uts", "sh", "-c",
-            f'hostname {host_name(0)} && exec "$@"', "sh", *cmd]
+    return ["taskset", "-c", cluster.host_cpus(0), "ip", "netns", "exec", cluster.namespaces[0],
+            "unshare", "--uts", "sh", "-c", f'hostname {host_name(0)} && exec "$@"', "sh", *cmd]
 
 
 def mpirun_cmd(cluster: emulated.Cluster, work: Path, py: Path, mca: dict[str, str], args: list[str]) -> list[str]:
@@ -280,7 +282,7 @@ def measure(a: argparse.Namespace, sc: emulated.Scenario, name: str, py: Path, w
             bursts: list[int]) -> tuple[list[dict], dict[str, int], dict[str, float]] | None:
     """One cluster, every way in turn on it: (rows, NIC bytes per way, the yield check); None if a run failed."""
     work = Path(tempfile.mkdtemp(prefix="ompi-peer-"))
-    cluster = emulated.Cluster(sc, a.rate, a.trunk_rate)
+    cluster = emulated.Cluster(sc, a.rate, a.trunk_rate, pin=not a.no_pin)
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -437,6 +439,9 @@ def report(out_dir: Path) -> str:
                   f"`{d['file']}`: {m['world']} ranks on {m['hosts']} hosts (`{m['spec']}`), {m['date']}, "
                   f"{m.get('rounds', 1)} round(s), {m['seconds'] // 60} min for the whole run; {m['library']}; tree at "
                   f"{m['hocc_commit']}. "
+                  + ("Each host's ranks (every library's) on CPUs of their own: "
+                     + ", ".join(f"host {h} on {c}" for h, c in enumerate(m["host_cpus"])) + ". "
+                     if "host_cpus" in m and m["hosts"] > 1 and len(set(m["host_cpus"])) > 1 else "")
                   + (f"Yield check, the 32 B MPI_Allreduce: {ms(y['yield0'])} ms spinning, {ms(y['yield1'])} ms "
                      "yielding." if y else ""), ""]
         lines += table(d)
@@ -504,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", default=sys.executable, help="interpreter with hocc installed (hocc's side)")
     p.add_argument("--venv", type=Path, default=VENV, help="Open MPI's side: mpi4py and numpy (made if missing)")
     p.add_argument("--port", type=int, default=29650)
+    p.add_argument("--no-pin", action="store_true",
+                   help="let every rank run on any CPU (default: each host's ranks on CPUs of their own)")
     p.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR)
     p.add_argument("--name", help="the JSON's name (default <scenario>-<rate>)")
@@ -542,10 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = pool_rounds([r for r in rows if r.get("kind") != "ranks"])
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    pins = emulated.Cluster(sc, a.rate, a.trunk_rate, pin=not a.no_pin)  # the CPUs measure() ran each host on
     meta = {
         "world": sc.world, "hosts": sc.hosts, "rate": a.rate, "spec": sc.spec(a.rate, a.trunk_rate),
         "sizes": sizes, "iters": list(iters), "warmups": list(warmups), "bursts": list(bursts), "ways": ways,
-        "rounds": a.rounds,
+        "rounds": a.rounds, "host_cpus": [pins.host_cpus(h) for h in range(sc.hosts)],
         "date": datetime.date.today().isoformat(), "seconds": round(time.time() - started),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "library": ranks[0]["library"].split(",")[0] if ranks else "-",

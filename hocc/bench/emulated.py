@@ -92,12 +92,29 @@ def tbf(dev: str, rate: str, netns: str | None = None) -> None:
 
 
 class Cluster:
-    def __init__(self, sc: Scenario, rate: str, trunk: str, host_rates: dict[int, str] | None = None) -> None:
+    def __init__(self, sc: Scenario, rate: str, trunk: str, host_rates: dict[int, str] | None = None,
+                 pin: bool = True) -> None:
         self.sc, self.rate, self.trunk = sc, rate, trunk
         self.host_rates = dict(host_rates or {})  # hosts whose NIC is shaped otherwise (a planted slow NIC)
+        self.pin = pin  # each host's ranks on CPUs of its own (host_cpus)
         self.namespaces = [f"{PREFIX}-h{h}" for h in range(sc.hosts)]
         self.bridges = [f"{PREFIX}-br{s}" for s in range(sc.switches)]
         self.made: list[tuple[str, str]] = []  # ("netns" | "link", name), in the order up() made them
+
+    def host_cpus(self, h: int) -> str:
+        """The CPUs host h's ranks run on, as taskset's list: a share of this machine's of its own, as a real
+        host's cores are (with fewer CPUs than hosts, hosts h and h + ncpu share one). Unpinned, the kernel
+        moves a rank that slept to whichever core is idle, so one host's ranks can crowd a core for tens of
+        milliseconds (the balancer runs every few 4 ms ticks), which no real cluster does; ranks that poll and
+        never sleep (Open MPI's) are seldom moved (docs/testbed.md, "One host, its own CPUs")."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if not self.pin or self.sc.hosts == 1:
+            mine = cpus
+        elif self.sc.hosts >= len(cpus):
+            mine = [cpus[h % len(cpus)]]
+        else:
+            mine = cpus[h * len(cpus) // self.sc.hosts:(h + 1) * len(cpus) // self.sc.hosts]
+        return ",".join(map(str, mine))
 
     def names_in_use(self) -> list[str]:
         used = set(sh("ip", "netns", "list", check=False).stdout.split())
@@ -165,8 +182,9 @@ class Cluster:
             prog = [script] if script else ["-m", "hocc.bench", "--device", "cpu"]
             # a hostname of its own per host (a UTS namespace): hocc groups ranks into hosts by hostname, so a
             # run without HOCC_TOPOLOGY detects the emulated hosts, as it would real ones
-            cmd = ["ip", "netns", "exec", self.namespaces[h], "unshare", "--uts", "sh", "-c",
-                   f'hostname {PREFIX}-host{h} && exec "$@"', "sh", python, *prog, *bench_args]
+            cmd = ["taskset", "-c", self.host_cpus(h), "ip", "netns", "exec", self.namespaces[h],
+                   "unshare", "--uts", "sh", "-c", f'hostname {PREFIX}-host{h} && exec "$@"', "sh",
+                   python, *prog, *bench_args]
             out = subprocess.DEVNULL if r != 0 else rank0_out
             # a process group of its own (kill_ranks ends it whole), but not a session: with the kernel's
             # autogroups (sched_autogroup_enabled) each session is a scheduling group of its own, so ranks
@@ -263,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", default=sys.executable, help="interpreter with hocc installed")
     p.add_argument("--port", type=int, default=29650)
     p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
+    p.add_argument("--no-pin", action="store_true",
+                   help="let every rank run on any CPU (default: each host's ranks on CPUs of their own)")
     p.add_argument("--cleanup", action="store_true", help="remove leftovers of a crashed run and exit")
     p.add_argument("--script", help="run this Python script on every rank instead of hocc-bench (torchrun's "
                                     "environment: RANK, WORLD_SIZE, MASTER_ADDR, ...); arguments after --")
@@ -280,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--host-rate takes H=RATE, e.g. 2=50mbit")
     if any(not 0 <= h < sc.hosts for h in host_rates):
         p.error(f"--host-rate: scenario {sc.name} has hosts 0..{sc.hosts - 1}")
-    cluster = Cluster(sc, a.rate, a.trunk_rate, host_rates)
+    cluster = Cluster(sc, a.rate, a.trunk_rate, host_rates, pin=not a.no_pin)
     procs: list[subprocess.Popen[bytes]] = []
 
     def stop(signum: int, _frame: object) -> None:
