@@ -192,6 +192,24 @@ def test_no_bound_without_link_rates(tmp_path: Path) -> None:
     assert all(r["bound_us"] is None for r in json.loads(out.read_text())["results"])
 
 
+def test_cluster_hosts_get_cpus_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each emulated host's ranks run on a share of the machine's CPUs of their own (docs/testbed.md), shared in
+    turn where hosts outnumber CPUs; --no-pin, or one host, leaves every CPU to every rank."""
+    from hocc.bench import emulated as cluster
+
+    def cpus(sc: str, n: int, pin: bool = True) -> list[str]:
+        monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda _pid: set(range(10, 10 + n)))
+        c = cluster.Cluster(cluster.SCENARIOS[sc], "200mbit", "100mbit", pin=pin)
+        return [c.host_cpus(h) for h in range(c.sc.hosts)]
+
+    assert cpus("2x4", 2) == ["10", "11"]
+    assert cpus("4x2", 2) == ["10", "11", "10", "11"]
+    assert cpus("2x4", 8) == ["10,11,12,13", "14,15,16,17"]
+    assert cpus("4+4+3", 16) == ["10,11,12,13,14", "15,16,17,18,19", "20,21,22,23,24,25"]
+    assert cpus("2x4", 2, pin=False) == ["10,11", "10,11"]
+    assert cpus("flat8", 2) == ["10,11"]
+
+
 @pytest.mark.root
 def test_cluster_setup_and_teardown() -> None:
     from hocc.bench import emulated as cluster
