@@ -175,6 +175,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ucx_spin_us", "HOCC_UCX_SPIN_US", _int(0), "engine",
             "how long a UCX wait polls (yielding the core between tries) before it sleeps on the worker's event "
             "fd (microseconds)"),
+    Setting("ucx_tcp_buffer", "HOCC_UCX_TCP_BUFFER", _int(0, ("auto",)), "engine",
+            "socket buffer of UCX's TCP connections, each way (bytes): `0` or `auto` sizes it from the host NIC "
+            "rate the topology states (0.5 ms of it, at least 64 KiB), and leaves UCX's own where none is stated; "
+            "`UCX_TCP_SNDBUF` and `UCX_TCP_RCVBUF` win if set; the first group to connect over UCX sets it for "
+            "the process ([executor.md](executor.md#ucx-between-hosts))"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # When each setting is read (Config's docstring: one rule for when they take effect). Call settings: by each
@@ -225,6 +230,7 @@ class Config:
     tuning_file: str | None = None
     net_transport: str = "auto"
     ucx_spin_us: int = 50
+    ucx_tcp_buffer: int = 0
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
     def engine_settings(self) -> tuple[object, ...]:

@@ -49,7 +49,7 @@ VALID = {"algo": "ring", "debug": "1", "ring_ops": "all_gather", "host_transport
          "malloc_trim_s": "2.5", "record_dir": "/tmp/x", "planner.chunks": "4", "planner.min_chunk_bytes": "4096",
          "planner.max_chunks": "8", "topology": "2x2", "trace": "true", "shm_piece_bytes": "8192",
          "shm_wait": "yield", "record": "off", "tune": "0", "tuning_file": "/tmp/t.json", "net_transport": "gloo",
-         "ucx_spin_us": "0"}
+         "ucx_spin_us": "0", "ucx_tcp_buffer": "131072"}
 
 
 def _value(cfg: Config, name: str) -> object:
@@ -274,3 +274,18 @@ def _body(rank: int, world: int) -> None:
 def test_settings_take_effect_at_the_next_call_and_engines_go_with_their_group() -> None:
     """The three parts in one world of 2 ranks (starting a world costs seconds, the parts a fraction of one)."""
     run_world(2, _body, env=hocc_env("1x2", "shm"), timeout_s=60)
+
+
+def test_ucx_tcp_buffer_follows_the_stated_nic_rate() -> None:
+    """UCX's TCP socket buffers: 0.5 ms of the NIC rate the topology states (at least 64 KiB), the kernel's own
+    where no rate is stated (0), and the setting's size where one is given."""
+    from hocc.engine.ucx import tcp_buffer_bytes
+    from hocc.topology import parse_spec
+
+    def size(spec: str | None, **kw: object) -> int:
+        return tcp_buffer_bytes(Config(topology=spec, **kw), parse_spec(spec or "2x4"))  # type: ignore[arg-type]
+
+    assert size("2x4@nic=1gbit") == size("2x4@nic=200mbit") == 64 << 10
+    assert size("2x4@nic=25gbit") == 25e9 / 8 * 0.5e-3
+    assert size("2x4") == size(None) == 0
+    assert size(None, ucx_tcp_buffer=12345) == size("2x4@nic=25gbit", ucx_tcp_buffer=12345) == 12345

@@ -45,11 +45,11 @@ class Kinds(dict[tuple[int, tuple[int, ...], str], str]):
 
 class Communicators:
     def __init__(self, info: GroupInfo, prefix: str, transport: Any, device: torch.device, shm_piece_bytes: int,
-                 shm_wait: str, net_transport: str = "auto", ucx_spin_us: int = 50) -> None:
+                 shm_wait: str, net_transport: str = "auto", ucx_spin_us: int = 50, tcp_buffer: int = 0) -> None:
         self.info, self.prefix, self.transport, self.device = info, prefix, transport, device
         self.shm_piece_bytes, self.shm_wait = shm_piece_bytes, shm_wait
         self.net_transport = net_transport if device.type == "cpu" else "gloo"  # NCCL on GPUs, always
-        self.ucx_spin_us = ucx_spin_us
+        self.ucx_spin_us, self.tcp_buffer = ucx_spin_us, tcp_buffer
         self.rank = info.rank
         self._pgs: dict[tuple[int, tuple[int, ...]], Any] = {}
         self.kinds = Kinds()
@@ -76,7 +76,7 @@ class Communicators:
                                       self.info.timeout, self.shm_piece_bytes, self.shm_wait)
                 elif self.net_transport != "gloo":
                     comm = attach_ucx(self.info.store, self._name(stage, members, f"ucx-{impl}"), me, n,
-                                      self.info.timeout, self.net_transport, self.ucx_spin_us)
+                                      self.info.timeout, self.net_transport, self.ucx_spin_us, self.tcp_buffer)
                     kind = "ucx" if comm is not None else kind
                 if comm is None:
                     comm = c.c10d_comm(self._backend(stage, members, impl), me, n, device_name(self.device))

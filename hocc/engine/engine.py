@@ -33,6 +33,7 @@ from hocc.engine.prepared import Prepared
 from hocc.engine.queue import Around, CallQueue, Ticket
 from hocc.engine.tuning import Trial, Tuner, timed
 from hocc.engine.tuning_file import TuningFile
+from hocc.engine.ucx import tcp_buffer_bytes
 from hocc.engine.watchdog import Watchdog
 from hocc.engine.work import Work, on_stream
 from hocc.executor import load
@@ -98,7 +99,8 @@ class Engine:
         self.transport = c.GroupTransport(info.rank, info.size, device_name(device))
         self.executor = c.Executor(self.transport)
         self.comms: Communicators | None = Communicators(info, prefix, self.transport, device, cfg.shm_piece_bytes,
-                                                         cfg.shm_wait, cfg.net_transport, cfg.ucx_spin_us)
+                                                         cfg.shm_wait, cfg.net_transport, cfg.ucx_spin_us,
+                                                         tcp_buffer_bytes(cfg, self.topology))
         self.executor.set_trace(cfg.trace)
         self.recorder = Recorder(cfg.record, lambda: record_dump.header(self.info, self.device, self.topology),
                                  self.executor, self.comms.kinds)
