@@ -420,6 +420,29 @@ def test_a_world_tunes_alike_and_a_later_job_loads_it(tmp_path: Path) -> None:
     run_world(4, _world_loads, path, env=env, timeout_s=120)
 
 
+def _world_agreement(rank: int, world: int) -> None:
+    from hocc.engine.group_engines import get_engine
+
+    hocc.all_reduce(torch.ones(4))  # the world's engine
+    eng = get_engine(dist.group.WORLD, torch.device("cpu"))  # type: ignore[arg-type]
+    made = eng.calls_made
+    for n in (1, 3, 7):  # a candidate count's worth of times, every rank's own
+        mine = [rank * (k + 1) - (world - 1) * (k % 2) + 0.25 for k in range(n)]
+        want = [max(r * (k + 1) - (world - 1) * (k % 2) + 0.25 for r in range(world)) for k in range(n)]
+        assert eng._agree_max(mine) == want, (n, mine)
+    assert eng._agree_max([]) == []
+    assert eng.calls_made == made  # the tuner's agreement is no call of the user's: not numbered, not checked
+    x = torch.full((5,), float(rank))
+    hocc.all_reduce(x)  # calls go on, numbered alike on every rank
+    assert torch.all(x == sum(range(world)))
+
+
+@pytest.mark.parametrize("spec", ["2x2", "1x3"])
+def test_the_tuners_agreement_is_the_slowest_ranks(spec: str) -> None:
+    """The tuner's agreement (the slowest rank's times), run through the engine's own executor on CPU."""
+    run_world(parse_spec(spec).world_size, _world_agreement, env=hocc_env(spec, "shm"), timeout_s=120)
+
+
 def _world_tiny_edge(rank: int, world: int, tiny_bytes: int) -> None:
     """Sizes on both sides of the frame's room, every op and a few dtypes, against torch's own."""
     ops = (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT)

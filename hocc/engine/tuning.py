@@ -27,8 +27,8 @@ candidate in the same call. Before its trials a bucket runs the model's pick,
 as ordinary calls, until they have cost about what the trials would, set-ups
 included (SET_UP_S, MAX_DEFER): a short job never pays for measuring. `hocc tune` measures every candidate instead
 (Tuner.measure_all: every algorithm, HO-Ring at several depths), ahead of a job. After the last trial each
-candidate's time is the slowest rank's (one all-reduce, MAX, on the engine's
-own gloo group), the fastest wins, and the bucket runs it from then on at the
+candidate's time is the slowest rank's (one all-reduce, MAX: on CPU through the
+engine's own executor, on a GPU its gloo group), the fastest wins, and the bucket runs it from then on at the
 cost of a lookup. The same agreed times refit the cost model's link
 parameters (hocc.plan.calibrate, CPU only), and the crossover tables of sizes
 not measured yet are priced with them.
