@@ -18,7 +18,7 @@ from hocc.topology import Topology, parse_spec, uniform
 from hocc.topology.links import parse_size
 from hocc.topology.spec import to_spec
 
-NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
+NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30, host_message=0.0)
 MB = 1_000_000
 
 
@@ -104,6 +104,7 @@ def test_thousands_of_ranks_in_seconds() -> None:
         for size in (1 << 20, 1 << 26, 1 << 32):
             count = size // 4 if coll == "all_reduce" else size // 4 // 4096
             preds = predict_all(coll, count, 4, topo)
+            # leaders is priced up to hocc.plan.leaders.LEADERS_MAX_BYTES only
             assert set(preds) == {"native", "ring", "ho_ring"} | ({"host_rails"} if coll == "all_reduce" else set())
     assert time.perf_counter() - t0 < 20
 
@@ -152,7 +153,7 @@ def test_a_links_burst_is_free_once_a_call_and_never_beyond_its_rate() -> None:
     with_burst = predict_all("all_reduce", 1 << 14, 4, four)
     without = predict_all("all_reduce", 1 << 14, 4, four_plain)
     assert with_burst["ho_ring"].seconds < 0.9 * with_burst["native"].seconds
-    assert without["ho_ring"].seconds > 0.98 * without["native"].seconds
+    assert without["ho_ring"].seconds > 1.05 * with_burst["ho_ring"].seconds
     for spec in ("2x4@nic=1gbit,nic_burst=16k", "2x4@nic_burst=1m", "2x4@nic_burst=0"):
         topo = parse_spec(spec)
         assert parse_spec(to_spec(topo) or "").links == topo.links, to_spec(topo)

@@ -17,7 +17,7 @@ from hocc.plan.ring import build_ring
 from hocc.plan.volumes import link_bound
 from hocc.topology import HostInfo, Topology, parse_spec, with_nics
 
-NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30)
+NO_SOFTWARE = CostParams(launch=0.0, ring_step=0.0, copy_bandwidth=1e30, host_message=0.0)
 MB = 1_000_000
 FAST_HOST = "host=8000gbit,host_latency=0,nic=8mbit,nic_latency=0"  # NICs at 1 MB/s
 

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from hocc.plan import Plan, PlanError, PlannerConfig, make_plan, simulate
-from hocc.plan.cost import step_load
+from hocc.plan.cost import CostParams, step_load
 from hocc.plan.ho_ring import build_ho_ring
 from hocc.plan.ho_ring.all_reduce import overlay
 from hocc.plan.planner import choose, predict_all
@@ -160,10 +160,12 @@ def test_planner_uses_it() -> None:
     # one element, over UCX between hosts (bench/results/small/2x4-200mbit, 32 B): the flat ring (every hop a
     # message) is slowest; HO-Ring's host stages in shared memory beat native's hops for all_gather and
     # reduce_scatter (578 against 1127 us); native's all_reduce of a few bytes is one whole exchange, level
-    # with HO-Ring there (1289 against 1260 us), and auto takes whichever the model prices lower
+    # with HO-Ring there (1289 against 1260 us), and auto takes whichever the model prices lower; leaders (one
+    # rank per host on the network) runs all_reduce on hosts of any size, the others need hosts of one size
     for coll in ("all_gather", "reduce_scatter", "all_reduce"):
         preds = predict_all(coll, 1, 4, topo, CPU)
-        best = min(("native", "ho_ring"), key=lambda a: preds[a].seconds)
+        assert ("leaders" in preds) == (coll == "all_reduce"), preds
+        best = min((a for a in ("native", "ho_ring", "leaders") if a in preds), key=lambda a: preds[a].seconds)
         assert make_plan(coll, 1, 4, topo, "auto", CPU).algo == best
         assert preds["ring"].seconds > max(preds["native"].seconds, preds["ho_ring"].seconds), preds
         if coll != "all_reduce":
@@ -281,8 +283,13 @@ def test_cost_charges_each_round_of_rails() -> None:
     one = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0),))
     two = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0), GroupSlice((0, 3), 2, 0)))
     apart = Step(0, 0, "reduce_scatter", "ring", "nic", (GroupSlice((0, 2), 0, 0), GroupSlice((1, 3), 2, 0)))
-    lat = [step_load(s, 4, topo)[1] for s in (one, two, apart)]
+    quiet = CostParams(host_message=0.0)  # the latency chain alone
+    lat = [step_load(s, 4, topo, params=quiet)[1] for s in (one, two, apart)]
     assert lat[0] > 0 and lat[1] == pytest.approx(2 * lat[0]) and lat[2] == pytest.approx(lat[0])
+    # a host's messages add up (CostParams.host_message): two of host A's ranks on the network cost it twice one's
+    msg = CostParams(host_message=1e-3)
+    busy = [step_load(s, 4, topo, params=msg)[1] - step_load(s, 4, topo, params=quiet)[1] for s in (one, apart)]
+    assert busy[0] == pytest.approx(2e-3) and busy[1] == pytest.approx(4e-3)
 
 
 def _switched(sizes: list[list[int]]) -> Topology:

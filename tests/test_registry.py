@@ -50,7 +50,7 @@ def registered(algo: Algorithm) -> Iterator[None]:
 
 
 def test_the_built_ins_are_registered_in_order() -> None:
-    assert names() == ("native", "ring", "ho_ring", "host_rails")
+    assert names() == ("native", "ring", "ho_ring", "host_rails", "leaders")
     assert reg.algorithm("ho_ring").chunked and reg.algorithm("ho_ring").fallback == "ring"
     assert reg.algorithm("host_rails").fallback == "ho_ring"
     with pytest.raises(ValueError, match="registered already"):

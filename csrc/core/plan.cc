@@ -51,6 +51,7 @@ Op parse_plan_op(const std::string& n) {
   if (n == "reduce_scatter") return Op::reduce_scatter;
   if (n == "all_gather") return Op::all_gather;
   if (n == "all_reduce") return Op::all_reduce;
+  if (n == "broadcast") return Op::broadcast;
   throw Error("hocc: unknown plan collective '" + n + "'");
 }
 
@@ -66,6 +67,7 @@ const char* op_name(Op op) {
     case Op::reduce_scatter: return "reduce_scatter";
     case Op::all_gather: return "all_gather";
     case Op::all_reduce: return "all_reduce";
+    case Op::broadcast: return "broadcast";
   }
   return "?";
 }
@@ -103,6 +105,7 @@ constexpr long long kMostElems = 1LL << 50;  // elements: far beyond any buffer,
 Plan plan_from_json(const Json& d) {
   Plan p;
   p.collective = parse_plan_op(d.at("collective").text());
+  if (p.collective == Op::broadcast) throw Error("hocc: broadcast is a step's op, not a plan's collective");
   p.world = int(d.at("world").natural(kMostInt));
   p.stages = int(d.at("stages").natural(kMostInt));
   const Json& lay = d.at("layout");

@@ -13,8 +13,9 @@
 namespace hocc {
 
 // the collectives, in the one order everything uses: kCollectives (core/call.cc, exported as
-// hocc._C.COLLECTIVES) and hocc.plan.types.COLLECTIVES, which the suite checks against it
-enum class Op : int { all_reduce, all_gather, reduce_scatter };
+// hocc._C.COLLECTIVES) and hocc.plan.types.COLLECTIVES, which the suite checks against it. broadcast is a
+// step's op only (a host's leader hands the result to its host: hocc/plan/leaders.py), never a plan's
+enum class Op : int { all_reduce, all_gather, reduce_scatter, broadcast };
 enum class Impl : int { native, ring, shm };
 // Where a step reads and writes: the work buffer, or the caller's tensors.
 enum class Buf : int { work, input, output };

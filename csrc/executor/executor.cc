@@ -135,6 +135,10 @@ void Executor::run_group(const Step& s, const GroupSlice& gs, const Run& r, cons
       src = s.src == Buf::input ? r.input : src + size_t(c.me) * seg * es;
       ring ? ring_all_gather(c, src, dst, seg, r.t, lane) : c.all_gather(src, dst, seg, r.t, lane);
       break;
+    case Op::broadcast:  // member 0's region to every member, in place
+      copy_in(src, dst, seg, r.t, lane);
+      ring ? ring_broadcast(c, dst, seg, r.t, lane) : c.broadcast(dst, seg, r.t, lane);
+      break;
   }
 }
 

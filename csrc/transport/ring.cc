@@ -77,6 +77,11 @@ void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t,
   all_gather_parts(c, dst, parts, t, lane);
 }
 
+void ring_broadcast(Comm& c, char* dst, size_t count, DType t, const Lane& lane) {
+  for (int s = 0; s < c.n - 1; ++s)  // exchanges of nothing keep every member's steps paired with its peers'
+    exchange(c, dst, s == c.me ? count : 0, dst, s == c.me - 1 ? count : 0, t, RedOp::none, lane);
+}
+
 void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
   const size_t es = dtype_size(t), bytes = seg * es;
   auto part = [&](int j) { return src + size_t(mod(j, c.n)) * bytes; };
@@ -108,6 +113,8 @@ void Comm::all_gather(const char* src, char* dst, size_t seg, DType t, const Lan
 void Comm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
   ring_all_reduce(*this, src, dst, count, t, op, lane);
 }
+
+void Comm::broadcast(char* dst, size_t count, DType t, const Lane& lane) { ring_broadcast(*this, dst, count, t, lane); }
 
 void Comm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {
   // a private region, so the caller's input is only read

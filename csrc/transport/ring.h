@@ -3,6 +3,8 @@
 //     received segment i-t-2 into place; after n-1 steps it holds segment i.
 //   all-gather: at step t it sends segment i-t and receives segment i-t-1.
 //   all-reduce: reduce-scatter then all-gather over n near-equal parts.
+//   broadcast: a chain from member 0; at step t member t sends the region to
+//     t+1 (every member takes part in every step, the others with nothing).
 // Each member sends (n-1) segments per phase: 2(n-1)/n of the data for
 // all-reduce, (n-1)/n of the gathered size for the others. Rings work in
 // place on dst; a separate src is copied in first (src/dst as in Comm).
@@ -25,6 +27,7 @@ inline Part even_part(size_t count, int n, int i) {
 void ring_reduce_scatter(Comm& c, const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane);
 void ring_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane);
 void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
+void ring_broadcast(Comm& c, char* dst, size_t count, DType t, const Lane& lane);
 // reduce_scatter_out's ring (Comm's semantics) reading src in place: each step's partial goes to one of
 // two segments of c.scratch (2 x seg, not the n x seg region a copy of src would take), the last into out
 void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane);

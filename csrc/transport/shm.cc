@@ -332,6 +332,19 @@ void ShmComm::all_reduce(const char* src, char* dst, size_t count, DType t, RedO
   }
 }
 
+void ShmComm::broadcast(char* dst, size_t count, DType t, const Lane&) {
+  check_usable();
+  const size_t es = dtype_size(t), cap = half_bytes_ / es;
+  one_piece_ = count <= cap;
+  for (size_t start = 0; start < count; start += cap, ++piece_) {
+    const size_t len = std::min(cap, count - start);
+    const int h = int(piece_ % 2);
+    if (me == 0) std::memcpy(slot(0, h), dst + start * es, len * es);
+    barrier();
+    if (me != 0) std::memcpy(dst + start * es, slot(0, h), len * es);
+  }
+}
+
 void ShmComm::exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) {
   throw Error("hocc shm: the shared-memory transport runs whole collectives, not ring steps");
 }

@@ -15,6 +15,7 @@
 //                   `me` of every slot, and my own, into my segment
 //   all_reduce      copy my piece in; barrier; reduce my 1/n of it across the
 //                   slots into my slot; barrier; copy all n reduced parts out
+//   broadcast       member 0 copies its piece in; barrier; the others copy it out
 // Barriers count arrivals on one shared counter; the last arriver bumps the
 // generation and wakes the others. How waiters wait is a choice (WaitMode):
 // these machines run 8 ranks on 2 cores, where spinning starves the very
@@ -58,6 +59,7 @@ class ShmComm final : public Comm {
   void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane) override;
   void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override;
   void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override;
+  void broadcast(char* dst, size_t count, DType t, const Lane& lane) override;
   void exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) override;
   void abort(const std::string& why) override;  // sets the shared abort flag: every member fails
 

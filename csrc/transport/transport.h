@@ -62,10 +62,12 @@ class Comm {
   //                   dst ends with every member's
   //   reduce_scatter_out  torch.distributed's form: `out` (seg elements) gets
   //                   segment `me`, and nothing else is written
+  //   broadcast       in place: dst[0, count) ends as member 0's on every member
   virtual void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
   virtual void reduce_scatter(const char* src, char* dst, size_t seg, DType t, RedOp op, const Lane& lane);
   virtual void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane);
   virtual void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane);
+  virtual void broadcast(char* dst, size_t count, DType t, const Lane& lane);
 
   // One ring step: send `send_n` elements to member me+1 while receiving
   // `recv_n` from member me-1, reduced into `recv` with op (none: copied).

@@ -6,6 +6,9 @@
            (hocc.plan.ho_ring); where its cuts are too fine to pad to, the ring
   host_rails  small all_reduce in two steps: inside each host, then across
            hosts on every rail (hocc.plan.host_rails); elsewhere ho_ring
+  leaders  small calls with one rank per host on the network: inside each
+           host, across hosts among the hosts' first ranks, then a broadcast
+           inside each host (hocc.plan.leaders); elsewhere ho_ring
 
 HO-Ring's K is chosen by pricing one chunk's plan run K times over (all
 chunks are alike), so choosing among K = 1..32 on thousands of ranks builds no
@@ -19,6 +22,8 @@ from hocc.plan.cost import PlanCost, compile_pipeline, predict
 from hocc.plan.ho_ring import MAX_UNIT, build_ho_ring
 from hocc.plan.host_rails import CANNOT as HOST_RAILS_CANNOT
 from hocc.plan.host_rails import build_host_rails
+from hocc.plan.leaders import CANNOT as LEADERS_CANNOT
+from hocc.plan.leaders import LEADERS_MAX_BYTES, build_leaders
 from hocc.plan.memo import memo
 from hocc.plan.native import build_native
 from hocc.plan.nccl_native import predict_nccl
@@ -60,6 +65,19 @@ def _predict_host_rails(collective: str, topo: Topology, count: int, elem_size: 
                         cfg: PlannerConfig) -> Prediction | None:
     plan = _host_rails(collective, topo, count, cfg, 1)
     return None if plan is None else Prediction("host_rails", predict(plan, topo, elem_size, cfg.params))
+
+
+def _leaders(collective: str, topo: Topology, count: int, cfg: PlannerConfig, chunks: int) -> Plan | None:
+    return build_leaders(collective, topo, count, cfg.ring_ops, cfg.host_impl)
+
+
+def _predict_leaders(collective: str, topo: Topology, count: int, elem_size: int,
+                     cfg: PlannerConfig) -> Prediction | None:
+    """Priced up to LEADERS_MAX_BYTES (None above: auto does not consider it, `algo="leaders"` still runs)."""
+    if count * elem_size * (1 if collective == "all_reduce" else topo.world_size) > LEADERS_MAX_BYTES:
+        return None
+    plan = _leaders(collective, topo, count, cfg, 1)
+    return None if plan is None else Prediction("leaders", predict(plan, topo, elem_size, cfg.params))
 
 
 def chunk_choices(count: int, elem_size: int, cfg: PlannerConfig, total_bytes: int | None = None) -> list[int]:
@@ -128,3 +146,6 @@ HO_RING = register(Algorithm(
 HOST_RAILS = register(Algorithm(
     "host_rails", "small all_reduce in two steps: inside each host, then across hosts on every rail",
     _host_rails, _predict_host_rails, fallback="ho_ring", cannot=HOST_RAILS_CANNOT))
+LEADERS = register(Algorithm(
+    "leaders", "small calls with one rank per host on the network: host, the hosts' first ranks, a broadcast",
+    _leaders, _predict_leaders, fallback="ho_ring", cannot=LEADERS_CANNOT))

@@ -82,13 +82,26 @@ class CostParams:
     ('ring', gloo); nvls_efficiency is NVLink SHARP's all-reduce algorithm
     bandwidth over the host-tier rate; pipeline_window is the bytes NCCL's
     simple protocol keeps in flight per pipeline stage (its fill time,
-    hocc.plan.nccl_native.pipeline_fill; 0: no fill)."""
+    hocc.plan.nccl_native.pipeline_fill; 0: no fill).
 
-    launch: float = 0.2e-3
+    host_message: a host's seconds per message its ranks send or receive
+    across hosts in one step, added to the step's latency for its busiest
+    host: where a host's ranks outnumber its cores, each message's trip
+    through the kernel takes CPU time the host's other ranks wait for (the
+    CPU testbed: 4 ranks to a core). Where every rank has a core (or a NIC's
+    proxy thread: NCCL_PARAMS sets 0), a host's messages go out side by side.
+
+    The small-call terms (launch, shm_barrier, host_message) are fitted to
+    hocc-bench on the emulated 2x4 and 4x2 (200 Mbit/s, 32 B-32 KiB, host_rails,
+    ho_ring and leaders: bench/results/leaders): 10, 20 and 10 us. The earlier
+    launch of 0.2 ms and barrier of 0.18 ms were fitted when a step went
+    through gloo's threads, and priced hocc's small calls at 3-5x their time."""
+
+    launch: float = 10e-6
     ring_step: float = 0.5e-6
     copy_bandwidth: float = 20e9
     shm_bandwidth: float = 16e9
-    shm_barrier: float = 0.18e-3
+    shm_barrier: float = 20e-6
     op_factors: tuple[tuple[str, float], ...] = ()
     machine_bandwidth: float = math.inf
     host_efficiency: float = 1.0
@@ -97,6 +110,7 @@ class CostParams:
     nvls_efficiency: float = 0.61
     pipeline_window: float = 0.0
     tiny_bytes: float = 448  # a native step whose members' inputs fit this runs as a tree of frames (c10d.cc)
+    host_message: float = 10e-6
 
     def factor(self, cls: str) -> float:
         for k, v in self.op_factors:
@@ -116,6 +130,8 @@ class CostParams:
         if math.isfinite(self.machine_bandwidth):
             d["machine_bandwidth"] = self.machine_bandwidth
         base = CostParams()
+        if self.host_message != base.host_message:
+            d["host_message"] = self.host_message
         for k in _GPU_KEYS:  # only where set: CPU testbed files stay as they were
             if getattr(self, k) != getattr(base, k):
                 d[k] = getattr(self, k)
@@ -125,7 +141,7 @@ class CostParams:
     def from_dict(d: dict[str, Any]) -> CostParams:
         """Reads a topology file's 'cost' section; missing keys keep their defaults."""
         known = {"launch", "ring_step", "copy_bandwidth", "shm_bandwidth", "shm_barrier", "op_factors",
-                 "machine_bandwidth", *_GPU_KEYS}
+                 "machine_bandwidth", "host_message", *_GPU_KEYS}
         bad = sorted(set(d) - known)
         if bad:
             raise ValueError(f"unknown cost setting(s) {bad}; expected some of {sorted(known)}")
@@ -198,6 +214,7 @@ class _Shape:
     shm: bool
     calls: tuple[tuple[tuple[Summary, float], ...], ...] = ()  # native steps: _calls
     crowded: frozenset[tuple[str, str]] = frozenset()  # links more than one of its groups load
+    messages: int = 0  # messages across hosts its busiest host's ranks send and receive (CostParams.host_message)
     widest: int = 0  # its largest group, where all its groups have one segment (0: unequal segments)
 
     @property
@@ -251,12 +268,13 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
     chain: list[tuple[tuple[int, ...], int]] = []
     shm = impl == "shm"
     users: Counter[tuple[str, str]] = Counter()
+    messages: Counter[str] = Counter()  # per host: messages across hosts its ranks send and receive
     for ranks in groups:
         n = len(ranks)
         if n < 2:
             continue
         if shm:  # memory traffic per member, in segments (csrc/transport/shm.h's copies and reductions)
-            per_member = {"all_gather": 2 * n, "reduce_scatter": 3 * n - 1}.get(op, 5 + 1 / n)
+            per_member = {"all_gather": 2 * n, "reduce_scatter": 3 * n - 1, "broadcast": 2}.get(op, 5 + 1 / n)
             key = ("shm", places.host[ranks[0]])
             unit[key] = unit.get(key, 0.0) + n * per_member
             continue
@@ -264,8 +282,12 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
         chain.append((ranks, h))
         mine = set()
         for i, a in enumerate(ranks):
-            tier, links = _edge_links(a, ranks[(i + 1) % n], places)
+            b = ranks[(i + 1) % n]
+            tier, links = _edge_links(a, b, places)
             tiers.add(tier)
+            if places.host[a] != places.host[b]:
+                messages[places.host[a]] += h
+                messages[places.host[b]] += h
             mine.update(links)
             for link in links:
                 unit[link] = unit.get(link, 0.0) + sent
@@ -273,7 +295,7 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
     calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
     crowded = frozenset(k for k, c in users.items() if c > 1)
     return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded,
-                  max(map(len, groups), default=0))
+                  max(messages.values(), default=0), max(map(len, groups), default=0))
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -295,7 +317,7 @@ def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[
     calls = _calls([(g.ranks, float(g.seg)) for g in step.groups], places) if step.impl == "native" else ()
     crowded = frozenset(k for k, c in Counter(k for p in parts for k in p.unit).items() if c > 1)
     return _Shape(f"{step.impl}:{step.collective}", unit, hops, tiers, step.impl == "ring", step.impl == "shm",
-                  calls, crowded), 1.0
+                  calls, crowded, sum(p.messages for p in parts)), 1.0
 
 
 def _shape_cache(topo: Topology) -> dict[Any, _Shape]:
@@ -334,6 +356,8 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)
+    if shape.messages:  # every message's trip through a host's kernel, on its shared cores (CostParams)
+        return _latency(replace(shape, messages=0), links, params, seg_bytes) + shape.messages * params.host_message
     if _is_tiny(shape, seg_bytes, params):  # up a tree of frames and down (csrc/transport/c10d.cc); two swap at once
         return (1 if shape.widest == 2 else 2 * math.ceil(math.log2(shape.widest))) * worst
     return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))

@@ -27,7 +27,8 @@ from hocc.plan.cost import CostParams
 from hocc.topology.links import Link, LinkModel
 
 NCCL_PARAMS = CostParams(launch=8e-6, ring_step=5e-6, copy_bandwidth=1e12, host_efficiency=0.82,
-                         nic_efficiency=0.94, native="nccl", nvls_efficiency=0.61, pipeline_window=12 << 20)
+                         nic_efficiency=0.94, native="nccl", nvls_efficiency=0.61, pipeline_window=12 << 20,
+                         host_message=0.0)
 """launch: a call's base latency; ring_step: hocc's own p2p ring hop (a kernel
 per hop); copies at device memory speed (1 TB/s). pipeline_window: bytes NCCL's
 simple protocol keeps in flight per pipeline stage, summed over its channels;

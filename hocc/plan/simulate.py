@@ -95,6 +95,11 @@ def _apply(step: Step, vals: list[np.ndarray], cnts: list[np.ndarray]) -> None:
             for r in g.ranks:
                 for i in range(n):
                     vals[r][segs[i]], cnts[r][segs[i]] = own[i]
+        elif step.collective == "broadcast":
+            sl = slice(g.offset, g.offset + g.seg)
+            v, c = vals[g.ranks[0]][sl].copy(), cnts[g.ranks[0]][sl].copy()
+            for r in g.ranks:
+                vals[r][sl], cnts[r][sl] = v, c
         else:
             raise PlanError(f"unknown op {step.collective}")
 
@@ -183,7 +188,8 @@ def nic_traffic(plan: Plan, host_of: dict[int, str], switch_of: dict[str, str] |
     listed order (what 'ring' steps do, and gloo / NCCL rings for 'native'
     ones): reduce-scatter and all-gather members send (n-1) segments, an
     all-reduce member the region less the two parts it does not send (the
-    region split as ring_p2p.split_even does). 'shm' steps stay inside a host."""
+    region split as ring_p2p.split_even does), a broadcast member but the last
+    the region (a chain). 'shm' steps stay inside a host."""
     nic: dict[str, int] = dict.fromkeys(host_of.values(), 0)
     trunk: dict[str, int] = dict.fromkeys((switch_of or {}).values(), 0)
     for s in plan.steps:
@@ -199,7 +205,12 @@ def nic_traffic(plan: Plan, host_of: dict[int, str], switch_of: dict[str, str] |
                 b = g.ranks[(i + 1) % n]
                 if host_of[a] == host_of[b]:
                     continue
-                sent = (n - 1) * g.seg if s.collective != "all_reduce" else 2 * g.seg - part[i] - part[(i + 1) % n]
+                if s.collective == "broadcast":  # the chain from the first member: the last sends nothing
+                    sent = g.seg if i < n - 1 else 0
+                elif s.collective == "all_reduce":
+                    sent = 2 * g.seg - part[i] - part[(i + 1) % n]
+                else:
+                    sent = (n - 1) * g.seg
                 nic[host_of[a]] += sent
                 if switch_of and switch_of[host_of[a]] != switch_of[host_of[b]]:
                     trunk[switch_of[host_of[a]]] += sent

@@ -10,6 +10,9 @@ elements of each member's own work buffer, identical on all members):
                   over the members; the rest of the region becomes undefined.
   all_gather      every member ends with every member's segment i in place.
   all_reduce      the region [offset, offset+seg) reduced over the members.
+  broadcast       the region [offset, offset+seg) of the first member, on every
+                  member (a step's op only: a host's leader hands its host the
+                  result, hocc.plan.leaders).
 
 A rank may belong to several groups of a step (HO-Ring on unequal hosts puts
 a rank on several rails); their regions are disjoint on that rank. Executors
@@ -61,6 +64,8 @@ Collective = Literal["all_reduce", "all_gather", "reduce_scatter"]
 # the collectives (a plan's, and each step's op), in the order of the C++ side's Op (csrc/core/plan.h), which
 # hocc._C.COLLECTIVES exports; tests/test_stub.py checks the two agree
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+# what a step may do: the collectives, and broadcast (the C++ Op's fourth value)
+STEP_OPS: tuple[str, ...] = (*COLLECTIVES, "broadcast")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 BUFFERS: tuple[str, ...] = ("work", "input", "output")
 WORK_AT: tuple[str, ...] = ("scratch", "output", "none")
@@ -87,8 +92,9 @@ class Step:
 
     def region(self, g: GroupSlice) -> tuple[int, int]:
         """[start, end) of the work buffer group g's members touch in this step
-        (the semantics above): one segment for all_reduce, one per member otherwise."""
-        return g.offset, g.offset + (g.seg if self.collective == "all_reduce" else len(g.ranks) * g.seg)
+        (the semantics above): one segment for all_reduce and broadcast, one per member otherwise."""
+        whole = self.collective in ("all_reduce", "broadcast")
+        return g.offset, g.offset + (g.seg if whole else len(g.ranks) * g.seg)
 
     def groups_of(self, rank: int) -> tuple[GroupSlice, ...]:
         """Every group `rank` belongs to in this step, in the order to run them."""

@@ -22,11 +22,13 @@ def ring_volume(collective: str, n: int, count: int) -> tuple[float, int]:
     """What each member of a ring over n members sends, in elements, and in how
     many rounds: all_reduce of `count` elements 2(n-1)/n * count in 2(n-1);
     reduce_scatter and all_gather of `count`-element segments (n-1) * count in
-    n-1. Alone: nothing."""
+    n-1; broadcast (a chain) (n-1)/n * count on average, in n-1. Alone: nothing."""
     if n < 2:
         return 0.0, 0
     if collective == "all_reduce":
         return 2 * (n - 1) / n * count, 2 * (n - 1)
+    if collective == "broadcast":  # a chain from the first member: the last sends nothing
+        return (n - 1) / n * count, n - 1
     return float((n - 1) * count), n - 1
 
 

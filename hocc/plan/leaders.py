@@ -1,0 +1,75 @@
+"""`leaders`: small calls with one rank per host on the network (docs/algorithms.md, "Small calls").
+
+  stage 0  every host gathers its part among its ranks (shared memory on CPU):
+           all_reduce sums the host's buffers, all_gather collects its blocks
+  stage 1  the hosts' leaders (each host's first rank) run the collective
+           across hosts: all_reduce the host sums, all_gather the hosts' blocks
+  stage 2  each leader broadcasts the result to its host
+
+reduce_scatter runs as an all_reduce of the whole input, each rank keeping its
+own block (at the sizes this plan is for, the extra bytes cost less than a step).
+
+host_rails and HO-Ring put every rank of a host on the network at once: on
+hosts whose ranks outnumber their cores (the CPU testbed: 4 ranks to a core)
+each rank's message through the kernel costs CPU time that the host's other
+ranks wait for, and G messages per host per step cost G times that. Here one
+rank per host sends and receives, for one more host-local step (a barrier):
+on the emulated 2x4, a 32 B all_reduce 115-126 us a call as host_rails, 69-80
+us as this plan. The cost model prices the trade (CostParams.host_message).
+
+all_gather and reduce_scatter need hosts of one size (the leaders' segments
+are equal); all_reduce runs on any hosts.
+
+auto considers it up to LEADERS_MAX_BYTES (nccl-tests' size: the all_reduce
+buffer, the all_gather output, the reduce_scatter input). Above that its
+stages, one chunk of the whole buffer each, tie HO-Ring on the links at best
+(emulated 3+5 at 200 Mbit/s, all_reduce: 1 MiB 44.2 against 44.4 ms, 16 MiB 744
+against 726) and lose where reduce_scatter moves the whole input (32 KiB on
+2x4: 1.40 against 0.70 ms); the model prices the ties as ties, and a tie would
+cost a bucket trials for nothing.
+"""
+
+from __future__ import annotations
+
+from hocc.plan.ho_ring.stages import step_impl
+from hocc.plan.ring import ring_tier
+from hocc.plan.types import GroupSlice, Layout, Plan, Step
+from hocc.topology import Topology
+
+LEADERS_MAX_BYTES = 16 << 10
+CANNOT = "its all_gather and reduce_scatter need hosts of one size (the leaders' segments are equal)"
+
+
+def build_leaders(collective: str, topo: Topology, count: int, ring_ops: tuple[str, ...] = (),
+                  host_impl: str = "") -> Plan | None:
+    """The three-step plan for `count` elements per block, or None where it cannot run (CANNOT)."""
+    hosts = [tuple(h) for h in topo.host_groups()]
+    world = topo.world_size
+    if collective != "all_reduce" and len({len(h) for h in hosts}) != 1:
+        return None
+    leaders = tuple(h[0] for h in hosts)
+    if collective == "all_reduce":
+        layout, total = Layout(1, count, 1, count, (0,)), count
+    else:  # a block per rank, each host's blocks together (all_gather's leaders exchange a host's at once)
+        order = tuple(r for h in hosts for r in h) if collective == "all_gather" else tuple(range(world))
+        layout, total = Layout(world, count, 1, count, order), world * count
+    whole = "all_reduce" if collective == "reduce_scatter" else collective
+
+    def host_part() -> tuple[GroupSlice, ...]:
+        if whole == "all_reduce":
+            return tuple(GroupSlice(h, 0, total) for h in hosts)
+        starts = [sum(map(len, hosts[:i])) for i in range(len(hosts))]
+        return tuple(GroupSlice(h, s * count, count) for h, s in zip(hosts, starts, strict=True))
+
+    stages: list[tuple[str, str, tuple[GroupSlice, ...]]] = []
+    if max(map(len, hosts)) > 1:
+        stages.append((whole, "host", host_part()))
+    if len(hosts) > 1:
+        seg = total if whole == "all_reduce" else len(hosts[0]) * count
+        stages.append((whole, ring_tier(topo), (GroupSlice(leaders, 0, seg),)))
+        if max(map(len, hosts)) > 1:
+            stages.append(("broadcast", "host", tuple(GroupSlice(h, 0, total) for h in hosts)))
+    steps = tuple(Step(i, 0, op, step_impl(op, tier, [g.ranks for g in groups], ring_ops, host_impl), tier, groups)
+                  for i, (op, tier, groups) in enumerate(stages))
+    return Plan(collective, "leaders", world, count, layout, steps, max(len(steps), 1),
+                meta={"hosts": [len(h) for h in hosts], "leaders": list(leaders)})
