@@ -32,8 +32,10 @@ call's fill may hide under another call's traffic but never under its own; a
 chunk's stage is a call of its own, so every chunk pays its own fill (NCCL
 drains one call's pipeline before the next on a communicator starts).
 
-A native step small enough for the CPU transport's tiny path (`tiny_bytes`)
-pays 2 ceil(log2 n) hops (a tree of frames) instead of its ring's chain.
+A native step of the whole group small enough for the CPU transport's tiny
+path (`tiny_bytes`) pays 2 ceil(log2 n) hops (a tree of frames) instead of its
+ring's chain; a sub-group's native all_reduce of a few KiB (`net_tiny_bytes`:
+UCX carries sub-groups between hosts) is one all-gather, n-1 hops.
 
 Speed: a plan is compiled once into per-tick link loads (`PlanCost`), identical
 steps and ticks once (all chunks of an HO-Ring plan load the same links);
@@ -93,7 +95,7 @@ class CostParams:
 
     The small-call terms (launch, shm_barrier, host_message) are fitted to
     hocc-bench on the emulated 2x4 and 4x2 (200 Mbit/s, 32 B-32 KiB, host_rails,
-    ho_ring and leaders: bench/results/leaders): 10, 20 and 10 us. The earlier
+    ho_ring and leaders: bench/results/leaders): 10, 10 and 15 us. The earlier
     launch of 0.2 ms and barrier of 0.18 ms were fitted when a step went
     through gloo's threads, and priced hocc's small calls at 3-5x their time."""
 
@@ -101,7 +103,7 @@ class CostParams:
     ring_step: float = 0.5e-6
     copy_bandwidth: float = 20e9
     shm_bandwidth: float = 16e9
-    shm_barrier: float = 20e-6
+    shm_barrier: float = 10e-6
     op_factors: tuple[tuple[str, float], ...] = ()
     machine_bandwidth: float = math.inf
     host_efficiency: float = 1.0
@@ -110,7 +112,8 @@ class CostParams:
     nvls_efficiency: float = 0.61
     pipeline_window: float = 0.0
     tiny_bytes: float = 448  # a native step whose members' inputs fit this runs as a tree of frames (c10d.cc)
-    host_message: float = 10e-6
+    net_tiny_bytes: float = 16 << 10  # a sub-group's all_reduce this small is one all-gather (ucx.h kTinyGather)
+    host_message: float = 15e-6
 
     def factor(self, cls: str) -> float:
         for k, v in self.op_factors:
@@ -215,6 +218,7 @@ class _Shape:
     calls: tuple[tuple[tuple[Summary, float], ...], ...] = ()  # native steps: _calls
     crowded: frozenset[tuple[str, str]] = frozenset()  # links more than one of its groups load
     messages: int = 0  # messages across hosts its busiest host's ranks send and receive (CostParams.host_message)
+    whole: bool = False  # one group of every rank (a native step then runs the group's own backend: gloo)
     widest: int = 0  # its largest group, where all its groups have one segment (0: unequal segments)
 
     @property
@@ -294,8 +298,9 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
         users.update(mine)
     calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
     crowded = frozenset(k for k, c in users.items() if c > 1)
+    whole = len(groups) == 1 and len(groups[0]) == len(places.host)
     return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded,
-                  max(messages.values(), default=0), max(map(len, groups), default=0))
+                  max(messages.values(), default=0), whole, max(map(len, groups), default=0))
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -358,19 +363,27 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
     worst = max(links.tier(t).latency for t in shape.tiers)
     if shape.messages:  # every message's trip through a host's kernel, on its shared cores (CostParams)
         return _latency(replace(shape, messages=0), links, params, seg_bytes) + shape.messages * params.host_message
-    if _is_tiny(shape, seg_bytes, params):  # up a tree of frames and down (csrc/transport/c10d.cc); two swap at once
-        return (1 if shape.widest == 2 else 2 * math.ceil(math.log2(shape.widest))) * worst
+    tiny = _tiny_hops(shape, seg_bytes, params)
+    if tiny is not None:
+        return tiny * worst
     return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))
 
 
-def _is_tiny(shape: _Shape, seg_bytes: float, params: CostParams) -> bool:
-    """A native step on the CPU transport's tiny path: every member's input (reduce_scatter's is n
-    segments) in one frame, one group per rank (the ring's chain is one ring's hops)."""
+def _tiny_hops(shape: _Shape, seg_bytes: float, params: CostParams) -> int | None:
+    """The hops of a native step on a transport's tiny path, or None where it takes its ring's. The whole
+    group's (gloo's, csrc/transport/c10d.cc): every member's input (reduce_scatter's is n segments) in one
+    frame, up a tree and down, two members swapping at once. A sub-group's all_reduce (UCX between hosts,
+    csrc/transport/ucx.cc): the members' inputs gathered in a ring, n-1 hops. One group per rank (the ring's
+    chain is one ring's hops)."""
     n = shape.widest
     if shape.ring or n < 2 or shape.hops != (2 * (n - 1) if shape.cls.endswith("all_reduce") else n - 1):
-        return False
-    inputs = n * n * seg_bytes if shape.cls.endswith("reduce_scatter") else n * seg_bytes
-    return inputs <= params.tiny_bytes
+        return None
+    if shape.whole:
+        inputs = n * n * seg_bytes if shape.cls.endswith("reduce_scatter") else n * seg_bytes
+        return (1 if n == 2 else 2 * math.ceil(math.log2(n))) if inputs <= params.tiny_bytes else None
+    if shape.cls.endswith("all_reduce") and n * seg_bytes <= params.net_tiny_bytes:
+        return n - 1
+    return None
 
 
 @dataclass
