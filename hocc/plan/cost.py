@@ -361,12 +361,13 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
     if not shape.hops:
         return 0.0
     worst = max(links.tier(t).latency for t in shape.tiers)
-    if shape.messages:  # every message's trip through a host's kernel, on its shared cores (CostParams)
-        return _latency(replace(shape, messages=0), links, params, seg_bytes) + shape.messages * params.host_message
     tiny = _tiny_hops(shape, seg_bytes, params)
+    # every message's trip through a host's kernel, on its shared cores (CostParams.host_message); a tiny
+    # path sends fewer than its ring's
+    messages = shape.messages * (tiny / shape.hops if tiny is not None else 1)
     if tiny is not None:
-        return tiny * worst
-    return shape.hops * (worst + (params.ring_step if shape.ring else 0.0))
+        return tiny * worst + messages * params.host_message
+    return shape.hops * (worst + (params.ring_step if shape.ring else 0.0)) + messages * params.host_message
 
 
 def _tiny_hops(shape: _Shape, seg_bytes: float, params: CostParams) -> int | None:
