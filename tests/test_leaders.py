@@ -6,6 +6,7 @@ of a shared-memory slot)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -91,11 +92,18 @@ def _body(rank: int, world: int) -> None:
     assert torch.equal(x, torch.full_like(x, float(world * (world + 1) // 2))), x[:4]
     plan = hocc.last_plan()
     assert plan is not None and plan.algo == "leaders"
+    if os.environ.get("HOCC_NET_TRANSPORT") == "gloo" and dist.get_rank() == 1:  # a non-leader: host steps only
+        assert set(plan.meta["transports"].values()) == {"gloo"}, plan.meta
     dist.barrier()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec,transport,piece", [("2x4", "shm", "65536"), ("4x2", "net", ""), ("3+5", "shm", ""),
-                                                   ("8", "shm", "")])
-def test_against_torch(spec: str, transport: str, piece: str) -> None:
-    run_world(8, _body, env=hocc_env(spec, transport, shm_piece_bytes=piece))
+@pytest.mark.parametrize("spec,transport,piece,net", [
+    ("2x4", "shm", "65536", ""), ("4x2", "net", "", ""), ("3+5", "shm", "", ""), ("8", "shm", "", ""),
+    ("2x4", "net", "", "gloo"),  # every step over gloo's sub-groups: the broadcast as a chain of exchanges there
+])
+def test_against_torch(spec: str, transport: str, piece: str, net: str) -> None:
+    env = hocc_env(spec, transport, shm_piece_bytes=piece)
+    if net:
+        env["HOCC_NET_TRANSPORT"] = net
+    run_world(8, _body, env=env)
