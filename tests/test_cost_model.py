@@ -104,7 +104,7 @@ def test_thousands_of_ranks_in_seconds() -> None:
         for size in (1 << 20, 1 << 26, 1 << 32):
             count = size // 4 if coll == "all_reduce" else size // 4 // 4096
             preds = predict_all(coll, count, 4, topo)
-            # leaders is priced up to hocc.plan.leaders.LEADERS_MAX_BYTES only
+            # leaders is priced up to hocc.plan.leaders.leaders_max_bytes only
             assert set(preds) == {"native", "ring", "ho_ring"} | ({"host_rails"} if coll == "all_reduce" else set())
     assert time.perf_counter() - t0 < 20
 

@@ -23,7 +23,7 @@ from hocc.plan.ho_ring import MAX_UNIT, build_ho_ring
 from hocc.plan.host_rails import CANNOT as HOST_RAILS_CANNOT
 from hocc.plan.host_rails import build_host_rails
 from hocc.plan.leaders import CANNOT as LEADERS_CANNOT
-from hocc.plan.leaders import LEADERS_MAX_BYTES, build_leaders
+from hocc.plan.leaders import build_leaders, leaders_max_bytes
 from hocc.plan.memo import memo
 from hocc.plan.native import build_native
 from hocc.plan.nccl_native import predict_nccl
@@ -73,8 +73,13 @@ def _leaders(collective: str, topo: Topology, count: int, cfg: PlannerConfig, ch
 
 def _predict_leaders(collective: str, topo: Topology, count: int, elem_size: int,
                      cfg: PlannerConfig) -> Prediction | None:
-    """Priced up to LEADERS_MAX_BYTES (None above: auto does not consider it, `algo="leaders"` still runs)."""
-    if count * elem_size * (1 if collective == "all_reduce" else topo.world_size) > LEADERS_MAX_BYTES:
+    """Priced up to leaders_max_bytes(topo), and where there are leaders and a host to hand the result to (None
+    elsewhere: auto does not consider it, `algo="leaders"` still runs). On one host, or on hosts of one rank,
+    its plan is HO-Ring's, and two rivals with one plan would cost a bucket trials for nothing."""
+    hosts = topo.host_groups()
+    if len(hosts) < 2 or max(map(len, hosts)) < 2:
+        return None
+    if count * elem_size * (1 if collective == "all_reduce" else topo.world_size) > leaders_max_bytes(topo, collective):
         return None
     plan = _leaders(collective, topo, count, cfg, 1)
     return None if plan is None else Prediction("leaders", predict(plan, topo, elem_size, cfg.params))

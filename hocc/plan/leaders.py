@@ -20,13 +20,16 @@ us as this plan. The cost model prices the trade (CostParams.host_message).
 all_gather and reduce_scatter need hosts of one size (the leaders' segments
 are equal); all_reduce runs on any hosts.
 
-auto considers it up to LEADERS_MAX_BYTES (nccl-tests' size: the all_reduce
-buffer, the all_gather output, the reduce_scatter input). Above that its
-stages, one chunk of the whole buffer each, tie HO-Ring on the links at best
-(emulated 3+5 at 200 Mbit/s, all_reduce: 1 MiB 44.2 against 44.4 ms, 16 MiB 744
-against 726) and lose where reduce_scatter moves the whole input (32 KiB on
-2x4: 1.40 against 0.70 ms); the model prices the ties as ties, and a tie would
-cost a bucket trials for nothing.
+auto considers it up to leaders_max_bytes() (nccl-tests' size: the all_reduce
+buffer, the all_gather output, the reduce_scatter input): 16 KiB at a 200 Mbit/s
+NIC, as much NIC time at a faster one, at most 64 KiB (reduce_scatter, which
+moves twice HO-Ring's bytes, 16 KiB everywhere). Above that its stages,
+one chunk of the whole buffer each, tie HO-Ring on the links at best (emulated
+3+5 at 200 Mbit/s, all_reduce: 1 MiB 44.2 against 44.4 ms, 16 MiB 744 against
+726) and lose where reduce_scatter moves the whole input (32 KiB on 2x4 at
+200 Mbit/s: 1.40 against 0.70 ms; at 1 Gbit/s 32 KiB still wins: all_gather
+0.2 against 0.3 ms); the model prices the ties as ties, and a tie would cost a
+bucket trials for nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from hocc.plan.ring import ring_tier
 from hocc.plan.types import GroupSlice, Layout, Plan, Step
 from hocc.topology import Topology
 
-LEADERS_MAX_BYTES = 16 << 10
+LEADERS_MAX_BYTES = 16 << 10  # at a 200 Mbit/s NIC (0.66 ms of it)
+LEADERS_MOST_BYTES = 64 << 10
 CANNOT = "its all_gather and reduce_scatter need hosts of one size (the leaders' segments are equal)"
 
 
@@ -73,3 +77,14 @@ def build_leaders(collective: str, topo: Topology, count: int, ring_ops: tuple[s
                   for i, (op, tier, groups) in enumerate(stages))
     return Plan(collective, "leaders", world, count, layout, steps, max(len(steps), 1),
                 meta={"hosts": [len(h) for h in hosts], "leaders": list(leaders)})
+
+
+def leaders_max_bytes(topo: Topology, collective: str = "all_reduce") -> int:
+    """The largest call (nccl-tests' size) auto considers `leaders` for on topo: LEADERS_MAX_BYTES's time on a
+    200 Mbit/s NIC, on topo's NIC, between LEADERS_MAX_BYTES and LEADERS_MOST_BYTES; reduce_scatter, whose
+    leaders move the whole input (twice HO-Ring's bytes), LEADERS_MAX_BYTES (emulated 2x4 at 1 Gbit/s, 64 KiB:
+    559 us against HO-Ring's 319; all_gather 310 against 345, all_reduce level)."""
+    if collective == "reduce_scatter":
+        return LEADERS_MAX_BYTES
+    at_200mbit = LEADERS_MAX_BYTES / 25e6
+    return int(min(LEADERS_MOST_BYTES, max(LEADERS_MAX_BYTES, topo.links.nic.bandwidth * at_200mbit)))
