@@ -16,6 +16,7 @@ import hocc
 from hocc.plan.cost import CostParams
 from hocc.plan.leaders import LEADERS_MAX_BYTES, LEADERS_MOST_BYTES, build_leaders, leaders_max_bytes
 from hocc.plan.planner import make_plan, predict_all
+from hocc.plan.policy import planner_settings
 from hocc.plan.registry import PlannerConfig
 from hocc.plan.simulate import PlanError, nic_traffic, simulate
 from hocc.plan.types import GroupSlice, Step
@@ -81,6 +82,9 @@ def test_the_model_takes_it_for_small_calls_only() -> None:
         # one host, or hosts of one rank: its plan is HO-Ring's, so auto does not weigh it
         for alone in ("8", "8x1"):
             assert "leaders" not in predict_all("all_reduce", 1, 4, parse_spec(alone), CPU)
+        # GPUs (NCCL's costs): not weighed
+        gpu = planner_settings(PlannerConfig(), "cuda", topo)
+        assert "leaders" not in predict_all("all_reduce", 1, 4, topo, gpu)
         # without the per-message term, its extra step makes it the dearer one
         quiet = dataclasses.replace(CPU, params=CostParams(host_message=0.0))
         preds = predict_all("all_reduce", 1, 4, topo, quiet)

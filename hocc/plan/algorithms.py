@@ -75,9 +75,10 @@ def _predict_leaders(collective: str, topo: Topology, count: int, elem_size: int
                      cfg: PlannerConfig) -> Prediction | None:
     """Priced up to leaders_max_bytes(topo), and where there are leaders and a host to hand the result to (None
     elsewhere: auto does not consider it, `algo="leaders"` still runs). On one host, or on hosts of one rank,
-    its plan is HO-Ring's, and two rivals with one plan would cost a bucket trials for nothing."""
+    its plan is HO-Ring's, and two rivals with one plan would cost a bucket trials for nothing. Not on GPUs
+    (NCCL's costs): every GPU has its own NIC and proxy thread there, and the plan has not run on one."""
     hosts = topo.host_groups()
-    if len(hosts) < 2 or max(map(len, hosts)) < 2:
+    if len(hosts) < 2 or max(map(len, hosts)) < 2 or cfg.params.native == "nccl":
         return None
     if count * elem_size * (1 if collective == "all_reduce" else topo.world_size) > leaders_max_bytes(topo, collective):
         return None
