@@ -66,12 +66,13 @@ def build_leaders(collective: str, topo: Topology, count: int, ring_ops: tuple[s
         return tuple(GroupSlice(h, s * count, count) for h, s in zip(hosts, starts, strict=True))
 
     stages: list[tuple[str, str, tuple[GroupSlice, ...]]] = []
-    if max(map(len, hosts)) > 1:
+    shared = max(map(len, hosts)) > 1  # some host has ranks to gather and to hand the result to
+    if shared:
         stages.append((whole, "host", host_part()))
     if len(hosts) > 1:
         seg = total if whole == "all_reduce" else len(hosts[0]) * count
         stages.append((whole, ring_tier(topo), (GroupSlice(leaders, 0, seg),)))
-        if max(map(len, hosts)) > 1:
+        if shared:
             stages.append(("broadcast", "host", tuple(GroupSlice(h, 0, total) for h in hosts)))
     steps = tuple(Step(i, 0, op, step_impl(op, tier, [g.ranks for g in groups], ring_ops, host_impl), tier, groups)
                   for i, (op, tier, groups) in enumerate(stages))

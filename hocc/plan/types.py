@@ -64,8 +64,6 @@ Collective = Literal["all_reduce", "all_gather", "reduce_scatter"]
 # the collectives (a plan's, and each step's op), in the order of the C++ side's Op (csrc/core/plan.h), which
 # hocc._C.COLLECTIVES exports; tests/test_stub.py checks the two agree
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
-# what a step may do: the collectives, and broadcast (the C++ Op's fourth value)
-STEP_OPS: tuple[str, ...] = (*COLLECTIVES, "broadcast")
 IMPLS: tuple[str, ...] = ("native", "ring", "shm")
 BUFFERS: tuple[str, ...] = ("work", "input", "output")
 WORK_AT: tuple[str, ...] = ("scratch", "output", "none")
