@@ -81,6 +81,36 @@ def test_host_stages_over_ucx_too() -> None:
     run_world(4, _every_step_over_ucx, env={**hocc_env("2x2", "net"), **UCX}, timeout_s=300)
 
 
+def _small_gathers_in_log_steps(rank: int, world: int) -> None:
+    # every rank a host: native's steps are one UCX comm of all 5; small all_gathers and tiny all_reduces
+    # take Bruck's ceil(log2 5) = 3 steps (partners 1, 2 and 4 members away), larger ones the ring
+    check_all(rank, world, algos=("native", "leaders"), dtypes=(torch.float32, torch.int32),
+              sizes=(0, 1, 13, 1031))
+    engine = find_engine(dist.group.WORLD, torch.device("cpu"))
+    assert engine is not None
+    for n, steps, partners in ((13, 3, {1, 2, 4}), (1031, 4, {1})):  # 5 x 1031 x 4 bytes: above kTinyGather
+        hocc.all_gather_into_tensor(torch.empty(n * world), torch.ones(n), algo="native")
+        exchanges = [e for s in engine.recorder.snapshot()[-1]["steps"] for e in s["exchanges"]]
+        assert len(exchanges) == steps, exchanges
+        assert {(e[0] - rank) % world for e in exchanges} == partners, exchanges  # to: rank + d
+        assert {(rank - e[1]) % world for e in exchanges} == partners, exchanges  # from: rank - d
+
+
+def test_small_gathers_take_log_steps_over_ucx() -> None:
+    run_world(5, _small_gathers_in_log_steps, env={**hocc_env("5x1", "shm"), **UCX}, timeout_s=300)
+
+
+def _leaders_of_three_hosts(rank: int, world: int) -> None:
+    # leaders' step between hosts is a UCX comm of 3, whose Bruck's second step goes past the ring's neighbours
+    check_all(rank, world, algos=("leaders",), dtypes=(torch.float32, torch.float64), sizes=(0, 1, 13, 1031))
+    hocc.all_reduce(torch.ones(8), algo="leaders")
+    assert _carriers() == ({"shm", "ucx"} if rank % 2 == 0 else {"shm"}), hocc.last_plan().meta  # leaders: 0, 2, 4
+
+
+def test_leaders_over_three_hosts_over_ucx() -> None:
+    run_world(6, _leaders_of_three_hosts, env={**hocc_env("3x2", "shm"), **UCX}, timeout_s=300)
+
+
 TIMEOUT_S = 3.0
 ODD = 3  # the rank in another call
 

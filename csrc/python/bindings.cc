@@ -412,11 +412,11 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<int, int, double, double>(), py::arg("me"), py::arg("n"), py::arg("timeout_s"),
            py::arg("spin_us"))
       .def_property_readonly("address", [](const UcxComm& c) { return py::bytes(c.address()); })
-      .def("connect", [](UcxComm& c, const py::bytes& prev, const py::bytes& next) {
-        std::string p = prev, q = next;
+      .def("connect", [](UcxComm& c, const std::vector<py::bytes>& addresses) {
+        std::vector<std::string> all(addresses.begin(), addresses.end());
         py::gil_scoped_release nogil;
-        c.connect(p, q);
-      }, py::arg("prev"), py::arg("next"))
+        c.connect(std::move(all));
+      }, py::arg("addresses"), "every member's worker address, in member order")
       .def_property_readonly("broken", &UcxComm::broken)
       .def_property_readonly("progress_calls", &UcxComm::progress_calls)
       .def_property_readonly("sleeps", &UcxComm::sleeps);

@@ -873,7 +873,7 @@ struct Hybrid {
         if (g.ranks.size() < 2 || tr[size_t(g.ranks[0])]->has(s.stage, g.ranks, s.impl)) continue;
         if (s.impl == Impl::shm) files.push_back(std::make_unique<ShmFile>(int(g.ranks.size()), kHalf));
         const int k = int(g.ranks.size());
-        std::vector<std::shared_ptr<UcxComm>> rails;  // the group's UCX comms, connected in a ring below
+        std::vector<std::shared_ptr<UcxComm>> rails;  // the group's UCX comms, connected below
         for (size_t m = 0; m < g.ranks.size(); ++m) {
           const int r = g.ranks[m];
           std::shared_ptr<Comm> comm;
@@ -887,8 +887,9 @@ struct Hybrid {
           }
           tr[size_t(r)]->add(s.stage, g.ranks, s.impl, std::move(comm));
         }
-        for (int m = 0; m < int(rails.size()); ++m)  // as hocc/engine/ucx.py does with the addresses from the store
-          rails[size_t(m)]->connect(rails[size_t((m + k - 1) % k)]->address(), rails[size_t((m + 1) % k)]->address());
+        std::vector<std::string> addresses;  // as hocc/engine/ucx.py does with the addresses from the store
+        for (auto& rail : rails) addresses.push_back(rail->address());
+        for (auto& rail : rails) rail->connect(addresses);
       }
   }
 

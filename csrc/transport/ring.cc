@@ -1,5 +1,7 @@
 #include "transport/ring.h"
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 namespace hocc {
@@ -20,17 +22,24 @@ std::vector<Part> split_even(size_t count, int n) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// one ring step, noted in the lane's record (core/record.h) when there is one
-void exchange(Comm& c, const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
-              const Lane& lane) {
-  if (!lane.rec) return c.exchange(send, send_n, recv, recv_n, t, op, lane);
+// one step with members `to` and `from`, noted in the lane's record (core/record.h) when there is one
+template <typename Run>
+void recorded(Comm& c, int to, size_t send_n, int from, size_t recv_n, DType t, const Lane& lane, Run run) {
+  if (!lane.rec) return run();
   const int64_t post = wall_ns();
   c.recv_done_ns = 0;
-  c.exchange(send, send_n, recv, recv_n, t, op, lane);
+  run();
   const int64_t end = wall_ns(), es = int64_t(dtype_size(t));
   auto rank = [&](int m) { return m >= 0 && m < int(c.ranks.size()) ? c.ranks[size_t(m)] : -1; };
-  lane.rec->exchange({lane.step_rec, rank(mod(c.me + 1, c.n)), rank(mod(c.me - 1, c.n)), post,
-                      c.recv_done_ns ? c.recv_done_ns : end, end, int64_t(send_n) * es, int64_t(recv_n) * es});
+  lane.rec->exchange({lane.step_rec, rank(to), rank(from), post, c.recv_done_ns ? c.recv_done_ns : end, end,
+                      int64_t(send_n) * es, int64_t(recv_n) * es});
+}
+
+// one ring step
+void exchange(Comm& c, const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
+              const Lane& lane) {
+  recorded(c, mod(c.me + 1, c.n), send_n, mod(c.me - 1, c.n), recv_n, t, lane,
+           [&] { c.exchange(send, send_n, recv, recv_n, t, op, lane); });
 }
 
 void reduce_scatter_parts(Comm& c, char* base, const std::vector<Part>& p, DType t, RedOp op, const Lane& lane) {
@@ -80,6 +89,30 @@ void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t,
 void ring_broadcast(Comm& c, char* dst, size_t count, DType t, const Lane& lane) {
   for (int s = 0; s < c.n - 1; ++s)  // exchanges of nothing keep every member's steps paired with its peers'
     exchange(c, dst, s == c.me ? count : 0, dst, s == c.me - 1 ? count : 0, t, RedOp::none, lane);
+}
+
+void bruck_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane) {
+  const size_t es = dtype_size(t), bytes = seg * es;
+  if (c.n == 1) return copy_in(src, dst, seg, t, lane);
+  if (!lane.dev) throw Error("hocc: a lane without a device cannot allocate");
+  // held[i] is member me-i's block: ours first, then what each step brings, in that order
+  char* held = c.scratch.at_least(size_t(c.n) * bytes, *lane.dev);
+  copy_in(src, held, seg, t, lane);
+  for (int d = 1; d < c.n; d *= 2) {
+    const int to = mod(c.me + d, c.n), from = mod(c.me - d, c.n);
+    const size_t k = size_t(std::min(d, c.n - d)) * seg;
+    recorded(c, to, k, from, k, t, lane,
+             [&] { c.exchange_with(to, held, k, from, held + size_t(d) * bytes, k, t, RedOp::none, lane); });
+  }
+  for (int i = 0; i < c.n; ++i) copy_in(held + size_t(i) * bytes, dst + size_t(mod(c.me - i, c.n)) * bytes, seg, t, lane);
+}
+
+void Comm::exchange_with(int to, const char* send, size_t send_n, int from, char* recv, size_t recv_n, DType t,
+                         RedOp op, const Lane& lane) {
+  if (to != mod(me + 1, n) || from != mod(me - 1, n))
+    throw Error("hocc: this transport exchanges with its ring neighbours only (asked: to member " +
+                std::to_string(to) + ", from member " + std::to_string(from) + ")");
+  exchange(send, send_n, recv, recv_n, t, op, lane);
 }
 
 void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {

@@ -1,4 +1,6 @@
-// Rings over Comm::exchange, for members in any order (member i sends to i+1).
+// Rings over Comm::exchange, for members in any order (member i sends to i+1),
+// and Bruck's all-gather over Comm::exchange_with (a comm with endpoints to
+// every member), whose ceil(log2 n) steps beat the ring's n-1 for small calls.
 //   reduce-scatter: at step t member i sends segment i-t-1 and reduces the
 //     received segment i-t-2 into place; after n-1 steps it holds segment i.
 //   all-gather: at step t it sends segment i-t and receives segment i-t-1.
@@ -28,6 +30,11 @@ void ring_reduce_scatter(Comm& c, const char* src, char* dst, size_t seg, DType 
 void ring_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane);
 void ring_all_reduce(Comm& c, const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane);
 void ring_broadcast(Comm& c, char* dst, size_t count, DType t, const Lane& lane);
+// every member's `seg` elements into dst in member order, in ceil(log2 n) steps: at step k (d = 2^k) a
+// member sends the min(d, n-d) blocks it holds to member me+d and takes as many from me-d (the first step
+// is the ring's, so the call check pairs members as a ring does). Bytes sent are the ring's; steps are
+// fewer. Needs c.exchange_with past the first step; uses c.scratch (n x seg) for the blocks in arrival order.
+void bruck_all_gather(Comm& c, const char* src, char* dst, size_t seg, DType t, const Lane& lane);
 // reduce_scatter_out's ring (Comm's semantics) reading src in place: each step's partial goes to one of
 // two segments of c.scratch (2 x seg, not the n x seg region a copy of src would take), the last into out
 void ring_reduce_scatter_out(Comm& c, const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane);

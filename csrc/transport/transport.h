@@ -73,6 +73,11 @@ class Comm {
   // `recv_n` from member me-1, reduced into `recv` with op (none: copied).
   virtual void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                         const Lane& lane) = 0;
+  // A step with any two members: send to member `to` while receiving from member `from`. A transport with
+  // endpoints to every member overrides it (UCX: Bruck's all-gather, transport/ring.h); the default is
+  // exchange(), so it takes the ring's pair only and refuses any other.
+  virtual void exchange_with(int to, const char* send, size_t send_n, int from, char* recv, size_t recv_n, DType t,
+                             RedOp op, const Lane& lane);
   // a failure elsewhere (this rank, or a peer's, reported by the engine's
   // watchdog): wake this rank's waits on the comm and make peers blocked on it
   // fail too where the transport can; later ops fail at once. Thread-safe.

@@ -33,9 +33,11 @@ struct UcxComm::Impl {};
 UcxComm::UcxComm(int me, int n, double, double) : Comm(me, n) { throw Error("hocc ucx: " + ucx_unavailable()); }
 UcxComm::~UcxComm() = default;
 std::string UcxComm::address() const { return ""; }
-void UcxComm::connect(const std::string&, const std::string&) {}
+void UcxComm::connect(std::vector<std::string>) {}
 void UcxComm::exchange(const char*, size_t, char*, size_t, DType, RedOp, const Lane&) {}
+void UcxComm::exchange_with(int, const char*, size_t, int, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::all_reduce(const char*, char*, size_t, DType, RedOp, const Lane&) {}
+void UcxComm::all_gather(const char*, char*, size_t, DType, const Lane&) {}
 void UcxComm::reduce_scatter_out(const char*, char*, size_t, DType, RedOp, const Lane&) {}
 void UcxComm::abort(const std::string&) {}
 bool UcxComm::broken() const { return true; }
@@ -180,11 +182,15 @@ struct UcxComm::Impl {
   ucp_worker_h worker = nullptr;
   int efd = -1;        // the worker's event fd
   int wake = -1;       // an eventfd abort() writes, to end a sleep on efd
-  ucp_ep_h eps[2] = {nullptr, nullptr};  // to prev, to next (one ep when they are the same member)
+  // an endpoint per member (null until used: the ring neighbours' are made at connect(), any other's
+  // at its first message, from its address), and its error handler's argument
+  std::vector<ucp_ep_h> eps;
+  std::vector<std::string> addresses;
   struct Peer {
     Impl* self;
     int member;
-  } peers[2];
+  };
+  std::vector<Peer> peers;
   std::atomic<int> lost{-1};  // a neighbour whose connection failed (its member), -1: none
   ucs_status_t lost_status = UCS_OK;
   std::mutex op_mu;           // held by the thread in an op: abort() closes the endpoints only when none is
@@ -226,7 +232,31 @@ struct UcxComm::Impl {
 
   int prev() const { return (c.me + c.n - 1) % c.n; }
   int next() const { return (c.me + 1) % c.n; }
-  ucp_ep_h to_next() const { return eps[1] ? eps[1] : eps[0]; }
+  // "rank 5 (the ring successor)": who a message goes to or comes from
+  std::string role(int member) const {
+    if (member == next()) return c.who(member) + " (the ring successor)";
+    if (member == prev()) return c.who(member) + " (the ring predecessor)";
+    return c.who(member);
+  }
+
+  void connect(std::vector<std::string> all) {
+    if (!eps.empty()) throw Error("hocc ucx: this communicator is connected already");
+    if (int(all.size()) != c.n)
+      throw Error("hocc ucx: " + std::to_string(all.size()) + " addresses for " + std::to_string(c.n) + " members");
+    addresses = std::move(all);
+    eps.assign(size_t(c.n), nullptr);
+    peers.resize(size_t(c.n));  // never resized again: the handlers hold pointers into it
+    endpoint(prev());
+    endpoint(next());
+  }
+
+  ucp_ep_h endpoint(int member) {
+    if (member == c.me || member < 0 || member >= c.n || eps.empty())
+      throw Error("hocc ucx: no endpoint to member " + std::to_string(member) + " of " + std::to_string(c.n));
+    ucp_ep_h& e = eps[size_t(member)];
+    if (!e) e = connect_to(addresses[size_t(member)], member);
+    return e;
+  }
 
   static void on_error(void* arg, ucp_ep_h, ucs_status_t st) {
     auto* p = static_cast<Peer*>(arg);
@@ -234,8 +264,9 @@ struct UcxComm::Impl {
     if (p->self->lost.compare_exchange_strong(none, p->member)) p->self->lost_status = st;
   }
 
-  ucp_ep_h connect_to(const std::string& address, int slot, int member) {
-    peers[slot] = {this, member};
+  ucp_ep_h connect_to(const std::string& address, int member) {
+    Peer& peer = peers[size_t(member)];
+    peer = {this, member};
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -243,7 +274,7 @@ struct UcxComm::Impl {
     // PEER: a neighbour that dies or closes its endpoints fails this comm's waits instead of hanging them
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = on_error;
-    ep.err_handler.arg = &peers[slot];
+    ep.err_handler.arg = &peer;
     ucp_ep_h h = nullptr;
     ucs_status_t st = ucp_ep_create(worker, &ep, &h);
     if (st != UCS_OK)
@@ -264,14 +295,14 @@ struct UcxComm::Impl {
   // peer error mode waits for the peer to progress, and two ranks closing comms in different orders would
   // each wait out the bound). Unless failing, flush first, so what we sent has left before the socket goes.
   void close_eps(bool failing) {
-    for (ucp_ep_h& ep : eps) {
-      if (!ep) continue;
+    for (ucp_ep_h& e : eps) {
+      if (!e) continue;
       ucp_request_param_t p{};
-      if (!failing && lost.load() < 0) settle(ucp_ep_flush_nbx(ep, &p));
+      if (!failing && lost.load() < 0) settle(ucp_ep_flush_nbx(e, &p));
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      settle(ucp_ep_close_nbx(ep, &p));
-      ep = nullptr;
+      settle(ucp_ep_close_nbx(e, &p));
+      e = nullptr;
     }
   }
 
@@ -292,7 +323,7 @@ struct UcxComm::Impl {
     if (!aborted.empty()) throw Error("hocc ucx: this communicator was aborted earlier (" + aborted + ")");
   }
 
-  void post_send(Pending& o, const void* buf, size_t bytes, uint64_t t) {
+  void post_send(Pending& o, int to, const void* buf, size_t bytes, uint64_t t) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.cb.send = sent;
@@ -300,11 +331,11 @@ struct UcxComm::Impl {
     p.memory_type = UCS_MEMORY_TYPE_HOST;  // CPU buffers: no memory-type detection per message
     o = Pending{};
     o.done = false;
-    void* r = ucp_tag_send_nbx(to_next(), buf, bytes, t, &p);
-    started(o, r, "sending to " + c.who(next()) + " (the ring successor)");
+    void* r = ucp_tag_send_nbx(endpoint(to), buf, bytes, t, &p);
+    started(o, r, "sending to " + role(to));
   }
 
-  void post_recv(Pending& o, void* buf, size_t bytes, uint64_t t, uint64_t mask) {
+  void post_recv(Pending& o, int from, void* buf, size_t bytes, uint64_t t, uint64_t mask) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
                      UCP_OP_ATTR_FIELD_RECV_INFO;
@@ -317,7 +348,7 @@ struct UcxComm::Impl {
     o.done = false;
     void* r = ucp_tag_recv_nbx(worker, buf, bytes, t, mask, &p);
     if (!UCS_PTR_IS_PTR(r) && UCS_PTR_STATUS(r) == UCS_OK) o.length = info.length;
-    started(o, r, "receiving from " + c.who(prev()) + " (the ring predecessor)");
+    started(o, r, "receiving from " + role(from));
   }
 
   void started(Pending& o, void* r, const std::string& what) {
@@ -405,7 +436,9 @@ struct UcxComm::Impl {
     return s;
   }
 
-  void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op, const Lane& lane) {
+  // a step: send to member `to` while receiving from member `from` (the ring's: next() and prev())
+  void exchange(int to, const char* send, size_t send_n, int from, char* recv, size_t recv_n, DType t, RedOp op,
+                const Lane& lane) {
     std::lock_guard<std::mutex> busy(op_mu);
     if (abort_flag.load()) fail("", false);
     check_usable();
@@ -413,9 +446,10 @@ struct UcxComm::Impl {
     if (call && call->seq != cur_seq) cur_seq = call->seq, step = 0;
     const uint64_t which = call ? (call->seq & 0xfffff) << 24 | (step & 0xffffff) : step;
     ++step;
-    // the call check, at the call's first message here: our id to the successor, the predecessor's to us
+    // the call check, at the call's first message here: our id to `to`, `from`'s to us (each member hears
+    // one other, and a call's first step is a ring's, so every member is checked around the ring)
     const bool checking = call && call->seq != agreed;
-    const std::string from = "waiting for " + c.who(prev()) + " (the ring predecessor)";
+    const std::string waiting = "waiting for " + role(from);
     const size_t es = dtype_size(t), send_b = send_n * es, recv_b = recv_n * es;
     bool data_sent = false;  // with the call id
     if (checking) {
@@ -424,22 +458,22 @@ struct UcxComm::Impl {
       check_out.resize(sizeof mine + (data_sent ? send_b : 0));
       std::memcpy(check_out.data(), &mine, sizeof mine);
       if (data_sent) std::memcpy(check_out.data() + sizeof mine, send, send_b);
-      post_send(check_send, check_out.data(), check_out.size(), tag(kCheck, c.me, 0));
+      post_send(check_send, to, check_out.data(), check_out.size(), tag(kCheck, c.me, 0));
       // room for any predecessor's check, its data included: one in another call is still heard out
       check_in.resize(sizeof(CallId) + kWithCheck);
-      post_recv(check_recv, check_in.data(), check_in.size(), tag(kCheck, prev(), 0), kKindSender);
+      post_recv(check_recv, from, check_in.data(), check_in.size(), tag(kCheck, from, 0), kKindSender);
     }
     // our data may leave at once: the successor takes it only once it has checked our call id
-    if (send_n && !data_sent) post_send(data_send, send, send_b, tag(kData, c.me, which));
+    if (send_n && !data_sent) post_send(data_send, to, send, send_b, tag(kData, c.me, which));
     size_t data_came = 0;  // with the predecessor's call id
     if (checking) {
-      wait(check_recv, from + "'s call check");
+      wait(check_recv, waiting + "'s call check");
       theirs = CallId{};
       theirs.magic = 0;  // a message too short to hold an id: it differs in every field
       if (check_recv.length >= sizeof theirs) std::memcpy(&theirs, check_in.data(), sizeof theirs);
       const std::string d = differences(mine, theirs);
       if (!d.empty())
-        fail("the ranks disagree on this call: " + c.who(prev()) + " (the ring predecessor) is in " +
+        fail("the ranks disagree on this call: " + role(from) + " is in " +
              describe(theirs) + ", this rank in " + describe(mine) + ": " + d +
              ". Every rank must make the same collective calls in the same order with the same sizes, dtypes "
              "and ops (HOCC_CHECK=1 compares every rank's call before any byte moves)", true);
@@ -451,22 +485,22 @@ struct UcxComm::Impl {
     char* into = op != RedOp::none && recv_n ? landing.at_least(recv_b, *lane.dev) : recv;
     if (data_came != 0 || (recv_n && !checking) || (recv_n && recv_b > kWithCheck)) {
       if (data_came == 0) {
-        post_recv(data_recv, into, recv_b, tag(kData, prev(), which), ~uint64_t(0));
-        wait(data_recv, from);
+        post_recv(data_recv, from, into, recv_b, tag(kData, from, which), ~uint64_t(0));
+        wait(data_recv, waiting);
         data_came = data_recv.length;
       } else if (data_came == recv_b) {
         std::memcpy(into, check_in.data() + sizeof(CallId), recv_b);
       }
       if (data_came != recv_b)
-        fail(from + ": " + std::to_string(data_came) + " bytes came, " + std::to_string(recv_b) +
+        fail(waiting + ": " + std::to_string(data_came) + " bytes came, " + std::to_string(recv_b) +
              " were expected (is that rank in another call?)", true);
     } else if (recv_n) {  // checked, and small: the data came with the id, or it is missing
-      fail(from + ": its call id came without the " + std::to_string(recv_b) + " bytes expected with it (is that "
+      fail(waiting + ": its call id came without the " + std::to_string(recv_b) + " bytes expected with it (is that "
            "rank in another call?)", true);
     }
     c.recv_done_ns = wall_ns();
-    if (send_n && !data_sent) wait(data_send, "sending to " + c.who(next()) + " (the ring successor)");
-    if (checking) wait(check_send, "sending the call check to " + c.who(next()));
+    if (send_n && !data_sent) wait(data_send, "sending to " + role(to));
+    if (checking) wait(check_send, "sending the call check to " + c.who(to));
     if (into != recv) lane.dev->reduce(recv, into, recv_n, t, op, lane.stream);
   }
 
@@ -518,26 +552,34 @@ std::string UcxComm::address() const {
   return s;
 }
 
-void UcxComm::connect(const std::string& prev_address, const std::string& next_address) {
+void UcxComm::connect(std::vector<std::string> addresses) {
   if (n == 1) return;
   std::lock_guard<std::mutex> busy(impl_->op_mu);
-  if (impl_->eps[0] || impl_->eps[1]) throw Error("hocc ucx: this communicator is connected already");
-  impl_->eps[0] = impl_->connect_to(prev_address, 0, impl_->prev());
-  if (n > 2) impl_->eps[1] = impl_->connect_to(next_address, 1, impl_->next());
+  impl_->connect(std::move(addresses));
 }
 
 void UcxComm::exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                        const Lane& lane) {
-  impl_->exchange(send, send_n, recv, recv_n, t, op, lane);
+  impl_->exchange(impl_->next(), send, send_n, impl_->prev(), recv, recv_n, t, op, lane);
+}
+
+void UcxComm::exchange_with(int to, const char* send, size_t send_n, int from, char* recv, size_t recv_n, DType t,
+                            RedOp op, const Lane& lane) {
+  impl_->exchange(to, send, send_n, from, recv, recv_n, t, op, lane);
 }
 
 void UcxComm::all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) {
   const size_t bytes = count * dtype_size(t);
   if (n == 1 || size_t(n) * bytes > kTinyGather) return ring_all_reduce(*this, src, dst, count, t, op, lane);
   char* all = impl_->gathered.at_least(size_t(n) * bytes, *lane.dev);
-  ring_all_gather(*this, src, all, count, t, lane);
+  bruck_all_gather(*this, src, all, count, t, lane);
   copy_in(all, dst, count, t, lane);
   for (int q = 1; q < n; ++q) lane.dev->reduce(dst, all + size_t(q) * bytes, count, t, op, lane.stream);
+}
+
+void UcxComm::all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) {
+  if (size_t(n) * seg * dtype_size(t) > kTinyGather) return ring_all_gather(*this, src, dst, seg, t, lane);
+  bruck_all_gather(*this, src, dst, seg, t, lane);
 }
 
 void UcxComm::reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) {

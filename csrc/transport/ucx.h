@@ -8,17 +8,20 @@
 // on one lane at a time (transport.h), so its worker is used by one thread at
 // a time and needs no lock of hocc's; each stage progresses only its own
 // messages, as each stage has its own gloo sub-group for the same reason.
-// Endpoints go to the two ring neighbours, made from worker addresses that the
-// members trade through the group's store (hocc/engine/ucx.py), so torchrun
-// starts it as it starts gloo.
+// Endpoints are made from worker addresses that the members trade through the
+// group's store (hocc/engine/ucx.py), so torchrun starts it as it starts gloo:
+// the two ring neighbours' at connect(), any other member's at its first
+// message (Bruck's all-gather, whose partners are 1, 2, 4, ... members away).
 //
-// exchange() is the only op of its own: the native collectives are the rings
-// of transport/ring.h over it. Built without UCX's headers (setup.py), the
+// exchange() and exchange_with() are its only ops of its own: the native
+// collectives are the rings of transport/ring.h over them, and small gathers
+// (an all_gather, or a tiny all_reduce's inputs) Bruck's all-gather. Built without UCX's headers (setup.py), the
 // class is still here, and making one raises (ucx_unavailable() says why).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/transport.h"
 
@@ -40,14 +43,19 @@ class UcxComm final : public Comm {
 
   // this comm's worker address, for the store
   std::string address() const;
-  // endpoints to the ring neighbours, from their addresses (the same for n == 2)
-  void connect(const std::string& prev_address, const std::string& next_address);
+  // every member's worker address, in member order (this member's own is not used): endpoints to the ring
+  // neighbours now, to the others when first used
+  void connect(std::vector<std::string> addresses);
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,
                 const Lane& lane) override;
-  // a tiny all_reduce (n x its bytes <= kTinyGather) gathers every member's input around the ring and
-  // reduces in member order (alike on every member): n-1 steps instead of the ring's 2(n-1)
+  void exchange_with(int to, const char* send, size_t send_n, int from, char* recv, size_t recv_n, DType t,
+                     RedOp op, const Lane& lane) override;
+  // a tiny all_reduce (n x its bytes <= kTinyGather) gathers every member's input (Bruck's all-gather) and
+  // reduces in member order (alike on every member): ceil(log2 n) steps instead of the ring's 2(n-1)
   void all_reduce(const char* src, char* dst, size_t count, DType t, RedOp op, const Lane& lane) override;
+  // a gathered size up to kTinyGather: Bruck's ceil(log2 n) steps; above it the ring's n-1 (the same bytes)
+  void all_gather(const char* src, char* dst, size_t seg, DType t, const Lane& lane) override;
   static constexpr size_t kTinyGather = 16 << 10;
   // the ring reading src in place (ring_reduce_scatter_out): 2 segments of scratch, not n
   void reduce_scatter_out(const char* src, char* out, size_t seg, DType t, RedOp op, const Lane& lane) override;

@@ -80,5 +80,5 @@ def attach_ucx(store: dist.Store, key: str, me: int, n: int, timeout: timedelta,
             log.warning(said)
         return None
     assert comm is not None
-    comm.connect(entries[(me - 1) % n], entries[(me + 1) % n])
+    comm.connect([entries[m] for m in range(n)])
     return comm

@@ -34,8 +34,9 @@ drains one call's pipeline before the next on a communicator starts).
 
 A native step of the whole group small enough for the CPU transport's tiny
 path (`tiny_bytes`) pays 2 ceil(log2 n) hops (a tree of frames) instead of its
-ring's chain; a sub-group's native all_reduce of a few KiB (`net_tiny_bytes`:
-UCX carries sub-groups between hosts) is one all-gather, n-1 hops.
+ring's chain; a sub-group's native all_reduce or all_gather of a few KiB
+(`net_tiny_bytes`: UCX carries sub-groups between hosts) is one Bruck
+all-gather, ceil(log2 n) hops.
 
 Speed: a plan is compiled once into per-tick link loads (`PlanCost`), identical
 steps and ticks once (all chunks of an HO-Ring plan load the same links);
@@ -112,7 +113,7 @@ class CostParams:
     nvls_efficiency: float = 0.61
     pipeline_window: float = 0.0
     tiny_bytes: float = 448  # a native step whose members' inputs fit this runs as a tree of frames (c10d.cc)
-    net_tiny_bytes: float = 16 << 10  # a sub-group's all_reduce this small is one all-gather (ucx.h kTinyGather)
+    net_tiny_bytes: float = 16 << 10  # a sub-group's all_reduce/all_gather this small: Bruck's (ucx.h kTinyGather)
     host_message: float = 15e-6
 
     def factor(self, cls: str) -> float:
@@ -373,17 +374,17 @@ def _latency(shape: _Shape, links: LinkModel, params: CostParams, seg_bytes: flo
 def _tiny_hops(shape: _Shape, seg_bytes: float, params: CostParams) -> int | None:
     """The hops of a native step on a transport's tiny path, or None where it takes its ring's. The whole
     group's (gloo's, csrc/transport/c10d.cc): every member's input (reduce_scatter's is n segments) in one
-    frame, up a tree and down, two members swapping at once. A sub-group's all_reduce (UCX between hosts,
-    csrc/transport/ucx.cc): the members' inputs gathered in a ring, n-1 hops. One group per rank (the ring's
-    chain is one ring's hops)."""
+    frame, up a tree and down, two members swapping at once. A sub-group's all_reduce or all_gather (UCX
+    between hosts, csrc/transport/ucx.cc) whose gathered inputs fit net_tiny_bytes: Bruck's all-gather,
+    ceil(log2 n) hops. One group per rank (the ring's chain is one ring's hops)."""
     n = shape.widest
     if shape.ring or n < 2 or shape.hops != (2 * (n - 1) if shape.cls.endswith("all_reduce") else n - 1):
         return None
     if shape.whole:
         inputs = n * n * seg_bytes if shape.cls.endswith("reduce_scatter") else n * seg_bytes
         return (1 if n == 2 else 2 * math.ceil(math.log2(n))) if inputs <= params.tiny_bytes else None
-    if shape.cls.endswith("all_reduce") and n * seg_bytes <= params.net_tiny_bytes:
-        return n - 1
+    if shape.cls.endswith(("all_reduce", "all_gather")) and n * seg_bytes <= params.net_tiny_bytes:
+        return math.ceil(math.log2(n))
     return None
 
 
