@@ -1025,6 +1025,17 @@ void ucx_threads() {
     check_hybrid(h, tiny, c, ++seq, "ucx tiny all_reduce (gathered)");
     runs += 4;
   }
+  {  // three members: Bruck's all-gather with a last step of fewer blocks than held (n not a power of two)
+    const Plan ag3 = sized(flat_ring(Op::all_gather, iota(3), 1, Impl::ring), 7);
+    const Plan ar3 = sized(flat_ring(Op::all_reduce, iota(3), 1, Impl::ring), 11);
+    Hybrid h(3, 60.0, WaitMode::futex, true, {&ag3, &ar3}, true);
+    Call c;
+    c.collective = Op::all_gather, c.count = 7, c.t = DType::f32;
+    check_hybrid(h, ag3, c, 1, "ucx small all_gather of 3 (Bruck)");
+    c.collective = Op::all_reduce, c.count = 11, c.t = DType::i32;
+    check_hybrid(h, ar3, c, 2, "ucx tiny all_reduce of 3 (Bruck)");
+    runs += 2;
+  }
   // A fault injected on rank 1 in the rails' stage: every rank fails, and fails again at once after. Its
   // closed endpoints alone do not end a neighbour's wait (a forced close leaves the socket to UCX's progress,
   // which the failed rank no longer makes: its neighbour waits out the timeout); the watchdog's abort does.

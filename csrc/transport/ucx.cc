@@ -182,8 +182,8 @@ struct UcxComm::Impl {
   ucp_worker_h worker = nullptr;
   int efd = -1;        // the worker's event fd
   int wake = -1;       // an eventfd abort() writes, to end a sleep on efd
-  // an endpoint per member (null until used: the ring neighbours' are made at connect(), any other's
-  // at its first message, from its address), and its error handler's argument
+  // an endpoint per member (null where none is needed: connect() makes the ring neighbours' and Bruck's
+  // partners'; any other member's is made at its first message, from its address), and its handler's argument
   std::vector<ucp_ep_h> eps;
   std::vector<std::string> addresses;
   struct Peer {
@@ -246,8 +246,12 @@ struct UcxComm::Impl {
     addresses = std::move(all);
     eps.assign(size_t(c.n), nullptr);
     peers.resize(size_t(c.n));  // never resized again: the handlers hold pointers into it
-    endpoint(prev());
-    endpoint(next());
+    // the ring's neighbours and Bruck's partners (1, 2, 4, ... members either way): 2 log2(n) endpoints,
+    // made now so that a partner's failure reaches this member's waits through its endpoint's error
+    for (int d = 1; d < c.n; d *= 2) {
+      endpoint((c.me + d) % c.n);
+      endpoint((c.me - d % c.n + c.n) % c.n);
+    }
   }
 
   ucp_ep_h endpoint(int member) {

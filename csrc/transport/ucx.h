@@ -9,9 +9,9 @@
 // a time and needs no lock of hocc's; each stage progresses only its own
 // messages, as each stage has its own gloo sub-group for the same reason.
 // Endpoints are made from worker addresses that the members trade through the
-// group's store (hocc/engine/ucx.py), so torchrun starts it as it starts gloo:
-// the two ring neighbours' at connect(), any other member's at its first
-// message (Bruck's all-gather, whose partners are 1, 2, 4, ... members away).
+// group's store (hocc/engine/ucx.py), so torchrun starts it as it starts gloo.
+// connect() makes 2 log2(n) of them: the ring neighbours' and the partners of
+// Bruck's all-gather (1, 2, 4, ... members away either way).
 //
 // exchange() and exchange_with() are its only ops of its own: the native
 // collectives are the rings of transport/ring.h over them, and small gathers
@@ -44,7 +44,7 @@ class UcxComm final : public Comm {
   // this comm's worker address, for the store
   std::string address() const;
   // every member's worker address, in member order (this member's own is not used): endpoints to the ring
-  // neighbours now, to the others when first used
+  // neighbours and to Bruck's partners
   void connect(std::vector<std::string> addresses);
 
   void exchange(const char* send, size_t send_n, char* recv, size_t recv_n, DType t, RedOp op,

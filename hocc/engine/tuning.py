@@ -63,6 +63,7 @@ from hocc.plan.cost import CostParams
 from hocc.plan.crossover import Crossover, Pick, bucket_of, human, model_pick
 from hocc.plan.planner import PlannerConfig, Prediction, chunk_choices, predict_all
 from hocc.plan.registry import algorithm
+from hocc.plan.volumes import call_bytes
 from hocc.topology import Topology
 
 log = logging.getLogger("hocc")
@@ -326,7 +327,7 @@ class Tuner:
                 continue
             ks = {pred.chunks}
             if self.depths:  # measure_all: several K
-                total = count * elem_size * (1 if collective == "all_reduce" else self.topology.world_size)
+                total = int(call_bytes(collective, count, elem_size, self.topology.world_size))
                 allowed = chunk_choices(count, elem_size, self.base, total)
                 ks |= {max(allowed)} | {k for k in TRIED_CHUNKS if k in allowed}
             if self.base.chunks is not None:  # HOCC_CHUNKS fixes K

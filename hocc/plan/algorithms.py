@@ -30,6 +30,7 @@ from hocc.plan.nccl_native import predict_nccl
 from hocc.plan.registry import Algorithm, PlannerConfig, Prediction, register
 from hocc.plan.ring import build_ring, ring_tier
 from hocc.plan.types import Plan, chunks_for
+from hocc.plan.volumes import call_bytes
 from hocc.topology import Topology
 
 
@@ -80,7 +81,7 @@ def _predict_leaders(collective: str, topo: Topology, count: int, elem_size: int
     hosts = topo.host_groups()
     if len(hosts) < 2 or max(map(len, hosts)) < 2 or cfg.params.native == "nccl":
         return None
-    if count * elem_size * (1 if collective == "all_reduce" else topo.world_size) > leaders_max_bytes(topo, collective):
+    if call_bytes(collective, count, elem_size, topo.world_size) > leaders_max_bytes(topo, collective):
         return None
     plan = _leaders(collective, topo, count, cfg, 1)
     return None if plan is None else Prediction("leaders", predict(plan, topo, elem_size, cfg.params))
@@ -106,7 +107,7 @@ def predict_ho_ring(collective: str, topo: Topology, count: int, elem_size: int,
     """The best K and its time, or None when ho_ring cannot run (an all_reduce
     whose cuts' common denominator is over hocc.plan.ho_ring.MAX_UNIT)."""
     best: Prediction | None = None
-    total = count * elem_size * (1 if collective == "all_reduce" else topo.world_size)
+    total = int(call_bytes(collective, count, elem_size, topo.world_size))
     for k in chunk_choices(count, elem_size, cfg, total):
         priced = price_ho_ring(collective, topo, count, elem_size, cfg, k)
         if priced is None:

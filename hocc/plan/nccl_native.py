@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hocc.plan.memo import memo
-from hocc.plan.volumes import bus_factor
+from hocc.plan.volumes import bus_factor, call_bytes
 from hocc.topology import Topology
 from hocc.topology.links import LinkModel
 
@@ -86,11 +86,6 @@ def summarize(topo: Topology) -> Summary:
     return memo(topo, "nccl_summary", make)
 
 
-def _bytes(collective: str, count: float, elem_size: int, world: int) -> float:
-    """S, the full buffer: all_reduce's tensor, the others' W blocks."""
-    return float(count * elem_size * (1 if collective == "all_reduce" else world))
-
-
 def tree_net_bytes(hosts: int, s: float) -> float:
     """Bytes the busiest host sends (and receives) over its NICs in a double
     binary tree all-reduce of S. Each tree carries S/2 up and down. On 2 hosts
@@ -132,7 +127,7 @@ def communicator_options(collective: str, sm: Summary, count: float, elem_size: 
                          links: LinkModel) -> dict[str, float]:
     """`options` for any communicator (a whole topology, or one of HO-Ring's sub-groups)."""
     w, n, g, m = sm.world, sm.hosts, sm.per_host, sm.switches
-    s = _bytes(collective, count, elem_size, w)
+    s = call_bytes(collective, count, elem_size, w)
     if w < 2 or s == 0:
         return {"ring/simple": params.launch}
     bh = links.host.bandwidth * params.host_efficiency

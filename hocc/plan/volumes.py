@@ -9,6 +9,12 @@ from __future__ import annotations
 from hocc.topology import Topology
 
 
+def call_bytes(collective: str, count: float, elem_size: int, world: int) -> float:
+    """S, a call's size as nccl-tests states it, the one place it is written: all_reduce's buffer, the
+    all_gather output and the reduce_scatter input (`world` blocks of `count` elements)."""
+    return float(count * elem_size * (1 if collective == "all_reduce" else world))
+
+
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw / algbw over n members, the one place it is written:
     2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter (what
