@@ -156,6 +156,7 @@ std::string ucx_version() {
 // thread of the process progresses every comm no op holds, every kIdleProgress (10 ms: at 2 ms, the wake-ups
 // of 8 ranks on 2 cores cost a 4-byte call across emulated hosts 10-40%; such a stall is rare, and short).
 constexpr std::chrono::milliseconds kIdleProgress{10};
+constexpr int kIdleProgressRounds = 64;  // ucp_worker_progress calls per idle comm per pass, at most
 
 struct IdleProgress {
   std::mutex mu;
@@ -314,9 +315,12 @@ struct UcxComm::Impl {
   // not close the endpoints (it closes them only when no op holds the mutex): close them here instead.
   void progress_if_idle() {
     std::unique_lock<std::mutex> idle(op_mu, std::try_to_lock);
-    if (!idle.owns_lock() || lost.load() >= 0) return;
+    // not connected yet: nothing of this comm's is in flight, and its own thread is about to connect
+    if (!idle.owns_lock() || lost.load() >= 0 || eps.empty()) return;
     if (abort_flag.load(std::memory_order_acquire)) return close_eps(true);  // done already: eps are null
-    while (ucp_worker_progress(worker)) {
+    // bounded: a worker that always has events (peers' connections being set up) must not keep op_mu from
+    // the comm's own thread, whose connect() or op then waits on it
+    for (int i = 0; i < kIdleProgressRounds && ucp_worker_progress(worker); ++i) {
     }
     if (abort_flag.load(std::memory_order_acquire)) close_eps(true);
   }
