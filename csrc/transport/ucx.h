@@ -15,8 +15,9 @@
 //
 // exchange() and exchange_with() are its only ops of its own: the native
 // collectives are the rings of transport/ring.h over them, and small gathers
-// (an all_gather, or a tiny all_reduce's inputs) Bruck's all-gather. Built without UCX's headers (setup.py), the
-// class is still here, and making one raises (ucx_unavailable() says why).
+// (an all_gather, or a tiny all_reduce's inputs) Bruck's all-gather. Built
+// without UCX's headers (setup.py), the class is still here, and making one
+// raises (ucx_unavailable() says why).
 #pragma once
 
 #include <memory>
