@@ -22,8 +22,9 @@ import torch.distributed as dist
 
 import hocc
 from hocc.bench.runner import slowest
+from hocc.plan.registry import names
 
-ALGOS = ("native", "ring", "ho_ring", "host_rails", "leaders", "auto")
+ALGOS = (*names(), "auto")  # every registered algorithm, as bench/auto_sweep.py runs them
 
 
 def main() -> None:
