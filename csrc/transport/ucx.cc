@@ -251,7 +251,7 @@ struct UcxComm::Impl {
     // made now so that a partner's failure reaches this member's waits through its endpoint's error
     for (int d = 1; d < c.n; d *= 2) {
       endpoint((c.me + d) % c.n);
-      endpoint((c.me - d % c.n + c.n) % c.n);
+      endpoint((c.me - d + c.n) % c.n);
     }
   }
 
