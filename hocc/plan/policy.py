@@ -10,6 +10,9 @@ predicted is what runs.
   to use the network ('net').
 - params: on CUDA, NCCL's costs (hocc.plan.nccl_defaults) unless a calibrated
   file gave others; on CPU, the CPU testbed's defaults.
+- min_chunk_bytes: the CPU's floor (PlannerConfig's default) unless set; on
+  CUDA 512 KiB, the floor before the CPU's was lowered, until a GPU measures
+  deeper pipelines there.
 - max_chunk_bytes: between hosts over gloo, chunks of at most 0.1 s of NIC
   time keep shaped TCP links full (PlannerConfig.max_chunk_bytes); on fast
   links the rule never binds.
@@ -26,6 +29,7 @@ from hocc.topology import Topology
 
 CPU_RING_OPS: tuple[str, ...] = ("reduce_scatter", "all_gather")
 HOST_TRANSPORTS: tuple[str, ...] = ("shm", "net")
+CUDA_MIN_CHUNK_BYTES = 512 * 1024
 
 
 def planner_settings(base: PlannerConfig, device: str, topo: Topology, host_transport: str = "shm",
@@ -42,7 +46,11 @@ def planner_settings(base: PlannerConfig, device: str, topo: Topology, host_tran
     if max_chunk is None and cpu and len(topo.host_groups()) > 1:
         max_chunk = int(topo.links.nic.bandwidth * 0.1)
     params = NCCL_PARAMS if not cpu and base.params == CostParams() else base.params
-    return replace(base, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk, params=params)
+    min_chunk = base.min_chunk_bytes
+    if not cpu and min_chunk == PlannerConfig().min_chunk_bytes:
+        min_chunk = CUDA_MIN_CHUNK_BYTES
+    return replace(base, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk, params=params,
+                   min_chunk_bytes=min_chunk)
 
 
 def device_of(backend: str) -> str:

@@ -41,7 +41,11 @@ from hocc.topology import Topology
 class PlannerConfig:
     """What every algorithm's builder and predictor read.
     chunks: force a chunked algorithm's pipeline depth K (HO-Ring's; None: the cost model picks).
-    min_chunk_bytes / max_chunks bound the K the cost model may pick.
+    min_chunk_bytes / max_chunks bound the K the cost model may pick. The floor guards against what the model
+    does not price: 64 KiB, CPU ranks over shared memory and UCX, where deeper pipelines won wherever the model
+    picked them (emulated 2x2x2 and 2x4 at 1 Gbit/s: 0.71-0.99x the time at the 512 KiB it was; 2x4 at
+    200 Mbit/s level; bench/results/chunks/); on CUDA the policy keeps 512 KiB (hocc.plan.policy: not measured
+    on a GPU).
     native_margin: auto leaves native only for a predicted gain above this.
     ring_ops: HO-Ring steps of these ops run as point-to-point rings instead of
     the backend's collective (the engine sets it per backend).
@@ -54,7 +58,7 @@ class PlannerConfig:
     K=4 beat K=32); the engine sets it to 0.1 s of NIC time for gloo."""
 
     chunks: int | None = None
-    min_chunk_bytes: int = 512 * 1024
+    min_chunk_bytes: int = 64 * 1024
     max_chunks: int = 32
     native_margin: float = 0.05
     ring_ops: tuple[str, ...] = ()
