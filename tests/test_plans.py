@@ -179,6 +179,24 @@ def test_pipelining_helps_when_stages_balance() -> None:
     assert k8 < 0.8 * k1
 
 
+def test_the_pipeline_floor_is_the_devices() -> None:
+    """HO-Ring's K keeps chunks of at least 64 KiB on CPU and 512 KiB on CUDA (bench/results/chunks/); a set
+    floor wins on either, and calibrate re-prices a recorded run with the floor it ran with."""
+    from hocc.plan.calibrate import planner_for
+    from hocc.plan.policy import planner_settings, settings_meta
+    topo = parse_spec("2x4@nic=1gbit")
+    count = (1 << 20) // 4  # a 1 MiB all_reduce: K=16 makes 64 KiB chunks, K=2 512 KiB
+    cpu = planner_settings(PlannerConfig(), "cpu", topo)
+    cuda = planner_settings(PlannerConfig(), "cuda", topo)
+    assert (cpu.min_chunk_bytes, cuda.min_chunk_bytes) == (64 << 10, 512 << 10)
+    assert make_plan("all_reduce", count, 4, topo, "ho_ring", cpu).chunks > 2
+    assert make_plan("all_reduce", count, 4, topo, "ho_ring", cuda).chunks <= 2
+    assert planner_settings(PlannerConfig(min_chunk_bytes=4096), "cuda", topo).min_chunk_bytes == 4096
+    assert planner_for("cpu", settings_meta(cpu)).min_chunk_bytes == 64 << 10
+    assert planner_for("cuda").min_chunk_bytes == 512 << 10
+    assert planner_for("cpu", {"ring_ops": []}).min_chunk_bytes == 512 << 10  # a run from before it was recorded
+
+
 def test_auto_choices() -> None:
     big = 16 << 20
     assert make_plan("all_reduce", big, 4, parse_spec("2x4"), "auto").algo == "ho_ring"

@@ -30,9 +30,11 @@ import numpy as np
 
 from hocc.plan.cost import CostParams, PlanCost, compile_plan
 from hocc.plan.planner import PlannerConfig
-from hocc.plan.policy import CPU_RING_OPS
+from hocc.plan.policy import CPU_RING_OPS, CUDA_MIN_CHUNK_BYTES
 from hocc.plan.registry import algorithm, names
 from hocc.topology import TIERS, LinkModel, Topology, parse_spec
+
+OLD_MIN_CHUNK_BYTES = 512 * 1024  # the pipeline floor of runs whose JSON meta predates recording it
 
 ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 NATIVE_CLASSES = ("native:all_reduce", "native:reduce_scatter", "native:all_gather")
@@ -55,12 +57,16 @@ class Sample:
 def planner_for(device: str, recorded: dict[str, Any] | None = None) -> PlannerConfig:
     """What the engine ran with: the planner settings hocc-bench recorded in
     its JSON meta ("planner"), else the defaults of files from before it did
-    (gloo's ring ops on CPU, host stages on the network, no chunk cap)."""
-    cfg = PlannerConfig(ring_ops=CPU_RING_OPS if device == "cpu" else ())
+    (gloo's ring ops on CPU, host stages on the network, no chunk cap). Files
+    from before the pipeline floor was recorded ran with 512 KiB (the CPU's
+    floor until 2026-12-07); where nothing is recorded, the device's floor."""
+    floor = PlannerConfig().min_chunk_bytes if device == "cpu" else CUDA_MIN_CHUNK_BYTES
+    cfg = PlannerConfig(ring_ops=CPU_RING_OPS if device == "cpu" else (), min_chunk_bytes=floor)
     if recorded:
         cfg = PlannerConfig(ring_ops=tuple(recorded.get("ring_ops", cfg.ring_ops)),
                             host_impl=recorded.get("host_impl", ""),
-                            max_chunk_bytes=recorded.get("max_chunk_bytes"))
+                            max_chunk_bytes=recorded.get("max_chunk_bytes"),
+                            min_chunk_bytes=recorded.get("min_chunk_bytes", OLD_MIN_CHUNK_BYTES))
     return cfg
 
 

@@ -60,4 +60,5 @@ def device_of(backend: str) -> str:
 
 def settings_meta(cfg: PlannerConfig) -> dict[str, object]:
     """What a benchmark records of the settings it ran with (hocc calibrate reads it back)."""
-    return {"ring_ops": list(cfg.ring_ops), "host_impl": cfg.host_impl, "max_chunk_bytes": cfg.max_chunk_bytes}
+    return {"ring_ops": list(cfg.ring_ops), "host_impl": cfg.host_impl, "max_chunk_bytes": cfg.max_chunk_bytes,
+            "min_chunk_bytes": cfg.min_chunk_bytes}
