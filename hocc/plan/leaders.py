@@ -29,7 +29,10 @@ one chunk of the whole buffer each, tie HO-Ring on the links at best (emulated
 726) and lose where reduce_scatter moves the whole input (32 KiB on 2x4 at
 200 Mbit/s: 1.40 against 0.70 ms; at 1 Gbit/s 32 KiB still wins: all_gather
 0.2 against 0.3 ms); the model prices the ties as ties, and a tie would cost a
-bucket trials for nothing.
+bucket trials for nothing. Pipelined over K chunks (tried, not kept) it lost
+at 64 MiB on 2x4 at 1 Gbit/s, 1.0-1.5 s against HO-Ring's 0.63: one flow per
+host pair idles while its leader reduces and copies, where a rail per rank
+fills the gaps (bench/results/peers/1gbit-after-chunks/).
 """
 
 from __future__ import annotations
