@@ -220,23 +220,26 @@ def default_start() -> Fit:
 
 
 def calibrate(samples: Sequence[Sample], start: Fit | None = None, weights: Sequence[float] | None = None,
-              iterations: int = 60, prior: float = 0.02, one_machine: bool = False) -> Fit:
+              iterations: int = 60, prior: float = 0.02, one_machine: bool = False,
+              launch_retries: Sequence[float] = ()) -> Fit:
     """Least squares on log(predicted / measured), Levenberg-Marquardt in log
     parameters, with a weak pull (`prior`) towards the start so parameters the
     data hardly sees stay put. `one_machine`: the measured hosts were emulated
-    on one machine, so also fit the machine-wide bandwidth they share. A fit
-    that ends far from its data (RMS of the log error over FAR_RMS_LOG) is
-    tried again from larger launch costs (LAUNCH_RETRIES), the best kept: a
-    plan's K multiplies its per-step costs, so the error is not convex in
-    them, and from the default a fit can stop where a per-step cost much
-    larger than the default's would fit (synthetic data at a 2 ms launch:
-    RMS 0.47 from the default, 0.02 from 0.1 ms)."""
+    on one machine, so also fit the machine-wide bandwidth they share.
+    `launch_retries` (`hocc calibrate` passes LAUNCH_RETRIES): a fit that ends
+    far from its data (RMS of the log error over FAR_RMS_LOG) is tried again
+    from each of these launch costs, the best kept. A plan's K multiplies its
+    per-step costs, so the error is not convex in them, and from the default
+    a fit can stop where a per-step cost far above the default's would fit
+    (synthetic data at a 2 ms launch: RMS 0.47 from the default, 0.02 from
+    0.1 ms). The tuner's refit in a job does not retry: its trial times are
+    noisy, and a retry would triple its time for a fit to that noise."""
     fit = _calibrate(samples, start, weights, iterations, prior, one_machine)
-    if fit.rms_log <= FAR_RMS_LOG:
+    if fit.rms_log <= FAR_RMS_LOG or not launch_retries:
         return fit
     begin = start or default_start()
     retries = [_calibrate(samples, replace(begin, params=replace(begin.params, launch=launch)), weights,
-                          iterations, prior, one_machine) for launch in LAUNCH_RETRIES]
+                          iterations, prior, one_machine) for launch in launch_retries]
     return min([fit, *retries], key=lambda f: f.rms_log)
 
 

@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 
 from hocc.bench.sizes import parse_size
-from hocc.plan.calibrate import Fit, Sample, calibrate, calibrated_topology, load_samples
+from hocc.plan.calibrate import LAUNCH_RETRIES, Fit, Sample, calibrate, calibrated_topology, load_samples
 from hocc.topology import parse_spec, save_file
 
 
@@ -53,7 +53,7 @@ def run(a: argparse.Namespace) -> int:
 
         return calibrate_nccl.run(a)
     samples = [s for s in load_samples(a.results) if s.size >= parse_size(a.min_bytes)]
-    fit = calibrate(samples, one_machine=a.one_machine)
+    fit = calibrate(samples, one_machine=a.one_machine, launch_retries=LAUNCH_RETRIES)
     print(f"# fitted on {len(samples)} rows in {fit.iterations} iterations; rms log error {fit.rms_log:.3f}")
     for t, eff in fit.efficiency.items():
         print(f"#   {t:<6} bandwidth x{eff:.3f} of the stated rate, latency {fit.latency[t] * 1e6:.1f} us")
