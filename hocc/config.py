@@ -158,7 +158,7 @@ SETTINGS: tuple[Setting, ...] = (
             "bytes per rank streamed through the shared-memory segment at a time (it holds two per rank)"),
     Setting("shm_wait", "HOCC_SHM_WAIT", _choice(("futex", "hybrid", "yield", "sleep")), "engine",
             "how ranks wait for each other in shared memory: `futex` sleeps in the kernel until woken (a call of "
-            "one piece yields for 50 us first), `yield` "
+            "one piece yields for 1 ms first), `yield` "
             "loops on sched_yield, `hybrid` yields for 1 ms then sleeps, `sleep` backs off"),
     Setting("record", "HOCC_RECORD", _int(0, ("off", "false")), "engine",
             "calls each engine's flight recorder keeps (0 or `off`: none) ([recorder.md](recorder.md))"),

@@ -204,9 +204,12 @@ void ShmComm::agree() {
 
 // futex mode, in an op of one piece (a small call: its time is its barriers' latency), yields this long
 // before it sleeps: the barrier is over within it when the peers run (a sleep and its wake-up cost a
-// 4-byte all_reduce 60-70 us here), and a longer wait sleeps after it. An op of many pieces sleeps at
-// once: there, 8 ranks yielding on 2 cores at every barrier cost 16 MiB all_reduce 25% (flat8).
-constexpr std::chrono::microseconds kYieldFirst{50};
+// 4-byte all_reduce 60-70 us here), and a longer wait sleeps after it. 1 ms covers a small call's wait
+// for its leader's network step: with 50 us the host's other ranks slept through it and woke about
+// 160 us after the leader's broadcast began (emulated 2x4 at 1 Gbit/s, leaders all_gather of 32 B; per
+// call 0.10-0.14 ms against 0.15-0.18, bench/results/shm-wait/). An op of many pieces sleeps at once:
+// there, 8 ranks yielding on 2 cores at every barrier cost 16 MiB all_reduce 25% (flat8).
+constexpr std::chrono::microseconds kYieldFirst{1000};
 
 void ShmComm::wait_for(uint32_t want) {
   auto done = [&] { return int32_t(__atomic_load_n(&hdr_->gen, __ATOMIC_ACQUIRE) - want) >= 0; };

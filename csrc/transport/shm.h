@@ -35,7 +35,7 @@
 namespace hocc {
 
 enum class WaitMode : int {
-  futex,   // sleep in the kernel until woken (an op of one piece first yields for up to 50 us)
+  futex,   // sleep in the kernel until woken (an op of one piece first yields for up to 1 ms)
   yield,   // spin with sched_yield(): gives the core to any runnable peer, but
            // keeps it busy when none is (e.g. all wait on the network)
   hybrid,  // sched_yield() for up to 1 ms, then futex
