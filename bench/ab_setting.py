@@ -3,8 +3,8 @@
 environment variable at each of its values in turn, round after round (a
 drift of the shared machine's load hits every value alike), then a table of
 each (op, size)'s median time per value and the ratio of each value to the
-first. Writes each run's JSON to --out-dir/<value>-r<round>.json; --report
-reads a directory of them again.
+first. Writes each run's JSON to --out-dir/<value>-r<round>.json and what
+was asked to --out-dir/ab.json; --report reads a directory of them again.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/ab_setting.py 2x4 --rate 1gbit --env HOCC_MIN_CHUNK_BYTES \\
         --values 524288,65536 --rounds 3 --out-dir bench/results/chunks/2x4-1gbit -- \\
@@ -15,6 +15,7 @@ reads a directory of them again.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -25,10 +26,13 @@ from pathlib import Path
 from hocc.bench.report import load_json
 
 CLUSTER = Path(__file__).parent / "cluster.py"
+ORDER = "ab.json"  # what run() was asked: the variable, its values in order, the scenario and hocc-bench's args
 
 
 def run(a: argparse.Namespace, bench_args: list[str]) -> None:
     a.out_dir.mkdir(parents=True, exist_ok=True)
+    (a.out_dir / ORDER).write_text(json.dumps({"env": a.env, "values": a.values, "scenario": a.scenario,
+                                               "rate": a.rate, "hocc_bench": bench_args}, indent=1))
     for r in range(1, a.rounds + 1):
         for value in a.values:
             out = a.out_dir / f"{value}-r{r}.json"
@@ -49,6 +53,9 @@ def report(out_dir: Path) -> str:
             times[(row["op"], row["size"], row["algo"])][value].append(row["time_us"] / 1e3)
     if not values:
         raise SystemExit(f"no <value>-r<round>.json files in {out_dir}")
+    if (out_dir / ORDER).exists():  # the values in the order asked: the first is the baseline
+        asked = [str(v) for v in json.loads((out_dir / ORDER).read_text())["values"]]
+        values = [v for v in asked if v in values] + [v for v in values if v not in asked]
     head = ["op", "size (B)", "algo", *(f"{v} (ms, median)" for v in values),
             *(f"{v} / {values[0]}" for v in values[1:])]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]

@@ -31,7 +31,7 @@ import numpy as np
 from hocc.plan.cost import CostParams, PlanCost, compile_plan
 from hocc.plan.planner import PlannerConfig
 from hocc.plan.policy import CPU_RING_OPS, CUDA_MIN_CHUNK_BYTES
-from hocc.plan.registry import algorithm, names
+from hocc.plan.registry import CPU_MIN_CHUNK_BYTES, algorithm, names
 from hocc.topology import TIERS, LinkModel, Topology, parse_spec
 
 OLD_MIN_CHUNK_BYTES = 512 * 1024  # the pipeline floor of runs whose JSON meta predates recording it
@@ -60,7 +60,7 @@ def planner_for(device: str, recorded: dict[str, Any] | None = None) -> PlannerC
     (gloo's ring ops on CPU, host stages on the network, no chunk cap). Files
     from before the pipeline floor was recorded ran with 512 KiB (the CPU's
     floor until 2026-12-07); where nothing is recorded, the device's floor."""
-    floor = PlannerConfig().min_chunk_bytes if device == "cpu" else CUDA_MIN_CHUNK_BYTES
+    floor = CPU_MIN_CHUNK_BYTES if device == "cpu" else CUDA_MIN_CHUNK_BYTES
     cfg = PlannerConfig(ring_ops=CPU_RING_OPS if device == "cpu" else (), min_chunk_bytes=floor)
     if recorded:
         cfg = PlannerConfig(ring_ops=tuple(recorded.get("ring_ops", cfg.ring_ops)),

@@ -25,6 +25,7 @@ from dataclasses import replace
 from hocc.plan.cost import CostParams
 from hocc.plan.nccl_defaults import NCCL_PARAMS
 from hocc.plan.planner import PlannerConfig
+from hocc.plan.registry import CPU_MIN_CHUNK_BYTES
 from hocc.topology import Topology
 
 CPU_RING_OPS: tuple[str, ...] = ("reduce_scatter", "all_gather")
@@ -47,7 +48,7 @@ def planner_settings(base: PlannerConfig, device: str, topo: Topology, host_tran
         max_chunk = int(topo.links.nic.bandwidth * 0.1)
     params = NCCL_PARAMS if not cpu and base.params == CostParams() else base.params
     min_chunk = base.min_chunk_bytes
-    if not cpu and min_chunk == PlannerConfig().min_chunk_bytes:
+    if not cpu and min_chunk == CPU_MIN_CHUNK_BYTES:
         min_chunk = CUDA_MIN_CHUNK_BYTES
     return replace(base, ring_ops=ring_ops, host_impl=host_impl, max_chunk_bytes=max_chunk, params=params,
                    min_chunk_bytes=min_chunk)

@@ -36,6 +36,8 @@ from hocc.plan.cost import CostParams, PlanCost
 from hocc.plan.types import Plan
 from hocc.topology import Topology
 
+CPU_MIN_CHUNK_BYTES = 64 * 1024  # PlannerConfig.min_chunk_bytes' default (hocc.plan.policy: CUDA's)
+
 
 @dataclass(frozen=True)
 class PlannerConfig:
@@ -58,7 +60,7 @@ class PlannerConfig:
     K=4 beat K=32); the engine sets it to 0.1 s of NIC time for gloo."""
 
     chunks: int | None = None
-    min_chunk_bytes: int = 64 * 1024
+    min_chunk_bytes: int = CPU_MIN_CHUNK_BYTES
     max_chunks: int = 32
     native_margin: float = 0.05
     ring_ops: tuple[str, ...] = ()
