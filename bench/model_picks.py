@@ -67,7 +67,8 @@ def rows_of(path: Path, label: str) -> list[Point]:
         rivals = tuple(a for a, p in preds.items() if p.seconds <= bar) if len(preds) > 1 else ()
         # names that build the pick's very plan (leaders and host_rails on one host are HO-Ring's): each run
         # of it is the pick's, and the best of them its time (two runs of one plan differ only by noise)
-        twins = [a for a in t if _steps(op, count, elem, topo, cfg, a) == _steps(op, count, elem, topo, cfg, pick)]
+        mine = _steps(op, count, elem, topo, cfg, pick)
+        twins = [a for a in t if a == pick or _steps(op, count, elem, topo, cfg, a) == mine]
         took = min((t[a] for a in twins), default=None)
         out.append(Point(label, op, size, pick, fastest, t, took / t[fastest] if took is not None else None,
                          rivals if len(rivals) > 1 else (), tuple(a for a in twins if a != pick)))

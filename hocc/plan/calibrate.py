@@ -234,20 +234,19 @@ def calibrate(samples: Sequence[Sample], start: Fit | None = None, weights: Sequ
     (synthetic data at a 2 ms launch: RMS 0.47 from the default, 0.02 from
     0.1 ms). The tuner's refit in a job does not retry: its trial times are
     noisy, and a retry would triple its time for a fit to that noise."""
+    if not samples:
+        raise ValueError("no measured rows to calibrate from")
+    start = start or default_start()
     fit = _calibrate(samples, start, weights, iterations, prior, one_machine)
     if fit.rms_log <= FAR_RMS_LOG or not launch_retries:
         return fit
-    begin = start or default_start()
-    retries = [_calibrate(samples, replace(begin, params=replace(begin.params, launch=launch)), weights,
+    retries = [_calibrate(samples, replace(start, params=replace(start.params, launch=launch)), weights,
                           iterations, prior, one_machine) for launch in launch_retries]
     return min([fit, *retries], key=lambda f: f.rms_log)
 
 
-def _calibrate(samples: Sequence[Sample], start: Fit | None, weights: Sequence[float] | None,
+def _calibrate(samples: Sequence[Sample], start: Fit, weights: Sequence[float] | None,
                iterations: int, prior: float, one_machine: bool) -> Fit:
-    if not samples:
-        raise ValueError("no measured rows to calibrate from")
-    start = start or default_start()
     if one_machine and not math.isfinite(start.params.machine_bandwidth):  # non-smooth: a few starts
         fits = [_calibrate(samples, replace(start, params=replace(start.params, machine_bandwidth=mb)), weights,
                            iterations, prior, True) for mb in (1e8, 4e8, 1.6e9)]
