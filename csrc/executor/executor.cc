@@ -1,8 +1,10 @@
 #include "executor/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -23,7 +25,49 @@ struct Executor::Run {
   const Step* steps;  // the plan's first step (a record names steps by index)
   size_t scale;       // the plan's: its offsets and segments count units of this many elements
   RunRecord* rec;     // null: not recording
+  Journal* journal;   // null: the steps write no caller's tensor before the run succeeded
   char* buf(Buf b) const { return b == Buf::work ? work : b == Buf::output ? output : const_cast<char*>(input); }
+};
+
+// Where a sync all_reduce works in the caller's output itself (its work buffer
+// is the output element for element): each chunk's region is copied aside
+// before this rank's first write to it, and copied back if the run fails, so a
+// failed call still leaves the caller's tensors as they were. The copies run
+// inside the pipeline, while the links carry other chunks, where a private
+// work buffer needs one copy of the whole result after the last step, which
+// every rank of a host makes at the same time (on the emulated 2x4 at 1 Gbit/s,
+// four ranks on one core: the last 2-3 ms of a 4 MiB call).
+struct Executor::Journal {
+  char* caller;       // the caller's output (the run's work buffer)
+  char* aside;        // the saved regions, at the same offsets
+  size_t chunk_bytes, total_bytes;
+  std::unique_ptr<std::atomic<bool>[]> saved;  // per chunk
+  int chunks;
+
+  Journal(char* caller, char* aside, const Layout& l, size_t es)
+      : caller(caller), aside(aside), chunk_bytes(l.piece * es), total_bytes(l.size() * es),
+        saved(new std::atomic<bool>[size_t(l.chunks)]()), chunks(l.chunks) {}
+
+  // before a step of chunk k writes bytes [lo, hi): save what it may overwrite (every chunk, should a step
+  // reach beyond its own: the guarantee does not rest on the plan's shape)
+  void before_write(int k, size_t lo, size_t hi) {
+    const bool inside = k >= 0 && k < chunks && lo >= size_t(k) * chunk_bytes && hi <= size_t(k + 1) * chunk_bytes;
+    if (inside) return save(k);
+    for (int j = 0; j < chunks; ++j) save(j);
+  }
+  void save(int k) {
+    if (saved[size_t(k)].exchange(true)) return;
+    const size_t off = size_t(k) * chunk_bytes;
+    std::memcpy(aside + off, caller + off, std::min(chunk_bytes, total_bytes - off));
+  }
+  // after a failure, every lane stopped: the caller's output as it was
+  void restore() {
+    for (int k = 0; k < chunks; ++k)
+      if (saved[size_t(k)].load()) {
+        const size_t off = size_t(k) * chunk_bytes;
+        std::memcpy(caller + off, aside + off, std::min(chunk_bytes, total_bytes - off));
+      }
+  }
 };
 
 void* Executor::lane_stream(int stage) {
@@ -94,6 +138,11 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
         l.rec = r.rec;
         l.step_rec = r.rec->begin_step(int32_t(&s - r.steps), int32_t(g - s.groups.data()));
       }
+      if (r.journal && s.dst != Buf::input) {
+        const size_t es = dtype_size(r.t), lo = g->offset * r.scale * es;
+        const size_t span = s.op == Op::all_gather || s.op == Op::reduce_scatter ? g->ranks.size() : 1;
+        r.journal->before_write(s.chunk, lo, lo + span * g->seg * r.scale * es);
+      }
       run_group(s, *g, r, l);
       if (r.rec) r.rec->end_step(l.step_rec);
     } catch (const std::exception& e) {
@@ -154,6 +203,9 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   // end, so that a failure leaves the caller's tensors as they were (a check frame can fail after our own
   // segment, or a neighbour's, is in). Not on an async transport: failures surface on its stream there
   const size_t out_elems = plan.collective == Op::all_gather ? n : count;
+  // an all_reduce whose work buffer would be its output element for element works in the output (Journal)
+  const bool in_output = !t_.async() && plan.collective == Op::all_reduce && plan.work_at == WorkAt::scratch &&
+                         !plan.pack && n && n == count && bufs.output;
   const bool beside = !t_.async() && out_elems && bufs.output && plan.work_at != WorkAt::scratch;
   const size_t need = beside ? out_elems * es : plan.work_at == WorkAt::scratch && n && !bufs.work ? n * es : 0;
   keep_or_release_work(need);
@@ -164,6 +216,11 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
   if (plan.work_at == WorkAt::scratch && n && !work) work = work_.at_least(n * es, dev);
   if (plan.work_at != WorkAt::none && n && !work) throw Error("hocc: the plan needs a work buffer and got none");
   if (count && (!bufs.input || !bufs.output)) throw Error("hocc: no input or output buffer given");
+  std::unique_ptr<Journal> journal;
+  if (in_output) {
+    journal = std::make_unique<Journal>(output, work, plan.layout, es);
+    work = output;
+  }
   std::shared_ptr<RunRecord> rec;
   {
     std::lock_guard<std::mutex> lk(rec_mu_);
@@ -173,15 +230,21 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
       if (runs_.size() > keep_) runs_.pop_front();
     }
   }
-  Run r{static_cast<const char*>(bufs.input), output, work, t, op, plan.steps().data(), plan.scale, rec.get()};
+  Run r{static_cast<const char*>(bufs.input), output, work, t, op, plan.steps().data(), plan.scale, rec.get(),
+        journal.get()};
   t_.prepare(plan);
   if (call) t_.begin(*call);
   if (plan.pack && n) pack(plan, t_.rank(), r.input, work, es, dev, caller_stream);
-  if (trace_ || t_.async())
-    run_wavefront(plan, r, caller_stream, trace_);
-  else
-    run_threads(plan, r, caller_stream);
-  if (plan.work_at == WorkAt::scratch) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
+  try {
+    if (trace_ || t_.async())
+      run_wavefront(plan, r, caller_stream, trace_);
+    else
+      run_threads(plan, r, caller_stream);
+  } catch (...) {
+    if (journal) journal->restore();  // every lane has stopped (run_threads joins them; the others run here)
+    throw;
+  }
+  if (plan.work_at == WorkAt::scratch && !journal) unpack(plan, t_.rank(), work, r.output, es, dev, caller_stream);
   if (average && plan.collective != Op::all_gather) dev.divide(r.output, count, t, double(plan.world), caller_stream);
   if (beside) dev.reduce(bufs.output, output, out_elems, t, RedOp::none, caller_stream);
   if (!t_.async()) dev.sync(caller_stream);

@@ -84,7 +84,8 @@ class Executor {
 
  private:
   using Item = MyStep;
-  struct Run;  // one call's buffers and types
+  struct Run;      // one call's buffers and types
+  struct Journal;  // the caller's output saved aside where a run works in it
   void run_item(const Item& it, const Run& r, const Lane& lane);
   void run_group(const Step& s, const GroupSlice& g, const Run& r, const Lane& lane);
   // every step from this thread in wavefront order, lanes ordered by events (async transports: never

@@ -735,6 +735,24 @@ void inproc_faults() {
     EXPECT(o.seconds < timeout, "inject: peers took " + std::to_string(o.seconds) + " s, not the abort");
     for (const auto& e : o.errors) EXPECT(!contains(e, "timed out"), "inject: " + e);
   }
+  // an all_reduce that works in the caller's tensor (identity layout, nothing packed: Executor::Journal),
+  // in place: a fault after earlier stages wrote into it leaves every rank's tensor as it was
+  for (int stage : {1, 2}) {
+    Call cj = c;
+    cj.count = 126, cj.in_place = true;  // 3 chunks of 42: unpadded
+    const Plan in_output = sized(uneven_3_2(Op::all_reduce, 3, Impl::ring), cj.count, WorkAt::scratch, false);
+    EXPECT(in_output.layout.size() == cj.count, "journal: the plan is padded, so it would not work in the tensor");
+    auto bufs = make_buffers(cj, 5, in_output);
+    Fault f;
+    f.inject_rank = 3, f.inject_stage = stage;
+    Outcome o = run_inproc(w, [&](int) -> const Plan& { return in_output; }, bufs, cj, f);
+    const std::string at = "journal, stage " + std::to_string(stage) + ": rank ";
+    for (int r = 0; r < 5; ++r) {
+      EXPECT(!o.errors[size_t(r)].empty(), at + std::to_string(r) + " did not fail");
+      EXPECT(untouched(cj, 5, r, bufs[size_t(r)]), at + std::to_string(r) + "'s tensor changed");
+    }
+    check_call(w, in_output, cj, "journal, after its fault");
+  }
   // the world recovers: the same executors and comms run the next call right
   check_call(w, plan, c, "after the faults");
   {  // a rank never comes: its peers time out, naming it

@@ -6,7 +6,10 @@ not a special case in an executor.
   reordering): stage 0 reads the caller's input directly, so nothing is
   packed. Results still go to the private work buffer, so a failed call
   leaves the caller's tensors as they were (an all_reduce's output is its
-  input).
+  input). On CPU the executor runs an unpadded all_reduce of this kind in
+  the caller's output itself, saving each chunk before its first write and
+  putting it back on failure (csrc/executor/executor.cc, Journal): the same
+  guarantee, without a copy of the whole result after the last step.
 - all_gather whose layout is the identity: the work buffer is the caller's
   output; only this rank's own block is packed into it and nothing is
   unpacked. A failure may leave the output part-written; the input is only

@@ -37,7 +37,9 @@ Buffers. A step reads `src` and writes `dst`, each one of:
   output  the caller's output: reduce_scatter writes only the member's own
           segment, into the whole output (torch.distributed's form)
 Where the work buffer lives (`work_at`): 'scratch' (private; unpacked into the
-caller's output after every step ended, so a failed call leaves the caller's
+caller's output after every step ended (on CPU an unpadded all_reduce that packs
+nothing works in the output instead, each chunk saved aside before its first
+write and put back on failure: the executor's Journal), so a failed call leaves the caller's
 tensors as they were), 'output' (the caller's output itself, where the layout
 is the identity and the output is not the input: nothing to unpack), or
 'none' (no step uses it). `pack`: the caller's input is first copied into the
