@@ -77,7 +77,11 @@ def build_leaders(collective: str, topo: Topology, count: int, ring_ops: tuple[s
         stages.append((whole, ring_tier(topo), (GroupSlice(leaders, 0, seg),)))
         if shared:
             stages.append(("broadcast", "host", tuple(GroupSlice(h, 0, total) for h in hosts)))
-    steps = tuple(Step(i, 0, op, step_impl(op, tier, [g.ranks for g in groups], ring_ops, host_impl), tier, groups)
+    # the leaders' step runs the transport's own collective even for an op in ring_ops (that rule is about
+    # gloo's bandwidth at large sizes): at these sizes UCX's is Bruck's all-gather, ceil(log2 H) messages
+    # where the ring takes H - 1 (emulated 4x2 at 1 Gbit/s, 32 B all_gather: 115 us for the leaders' ring)
+    steps = tuple(Step(i, 0, op, step_impl(op, tier, [g.ranks for g in groups], ring_ops if tier == "host" else (),
+                                           host_impl), tier, groups)
                   for i, (op, tier, groups) in enumerate(stages))
     return Plan(collective, "leaders", world, count, layout, steps, max(len(steps), 1),
                 meta={"hosts": [len(h) for h in hosts], "leaders": list(leaders)})
