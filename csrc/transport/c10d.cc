@@ -140,8 +140,11 @@ class C10dComm final : public Comm {
                      const Lane& lane) {
     const bool checking = check_begin();
     const size_t es = dtype_size(t);
-    // a reduction receives beside, then reduces into place
-    char* into = op != RedOp::none && recv_n ? scratch.at_least(recv_n * es, *lane.dev) : recv;
+    // a reduction receives beside, then reduces into place. On CPU every receive lands beside: an abort
+    // wakes gloo's wait but leaves its receive posted, and a late message must not write into the
+    // caller's tensor, which an all_reduce now works in and puts back on failure (executor.cc, Journal).
+    // (No caller hands this comm's exchange a buffer in its scratch: reduce_scatter_out is gloo's own.)
+    char* into = recv_n && (op != RedOp::none || device_.is_cpu()) ? scratch.at_least(recv_n * es, *lane.dev) : recv;
     // our data may leave at once: the successor only takes it once it has checked our call id
     std::vector<at::Tensor> s{tensor(send, send_n, t)}, r{tensor(into, recv_n, t)};
     c10::intrusive_ptr<c10d::Work> sw, rw;
