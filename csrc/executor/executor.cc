@@ -198,14 +198,14 @@ void Executor::run(const Plan& plan, const Buffers& bufs, DType t, RedOp op, boo
                 std::to_string(t_.size()));
   Device& dev = t_.device();
   const size_t es = dtype_size(t), n = plan.layout.size(), count = plan.layout.block_elems;
-  // In a sync run the caller's output is written only after every step ended: a plan whose steps would
-  // write it (a work buffer there, or none, as native's) runs into the executor's buffer, copied out at the
-  // end, so that a failure leaves the caller's tensors as they were (a check frame can fail after our own
-  // segment, or a neighbour's, is in). Not on an async transport: failures surface on its stream there
+  // In a sync run a failure leaves the caller's tensors as they were (a check frame can fail after our own
+  // segment, or a neighbour's, is in): an all_reduce whose work buffer would be its output element for
+  // element works in the output, each chunk saved before its first write and put back on failure (Journal);
+  // any other plan whose steps would write the output (a work buffer there, or none, as native's) runs into
+  // the executor's buffer, copied out at the end. Not on an async transport: failures surface on its stream
   const size_t out_elems = plan.collective == Op::all_gather ? n : count;
-  // an all_reduce whose work buffer would be its output element for element works in the output (Journal)
-  const bool in_output = !t_.async() && plan.collective == Op::all_reduce && plan.work_at == WorkAt::scratch &&
-                         !plan.pack && n && n == count && bufs.output;
+  const bool in_output = !t_.async() && !dev.is_cuda() && plan.collective == Op::all_reduce &&
+                         plan.work_at == WorkAt::scratch && !plan.pack && n && n == count && bufs.output;
   const bool beside = !t_.async() && out_elems && bufs.output && plan.work_at != WorkAt::scratch;
   const size_t need = beside ? out_elems * es : plan.work_at == WorkAt::scratch && n && !bufs.work ? n * es : 0;
   keep_or_release_work(need);
