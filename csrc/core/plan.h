@@ -37,6 +37,11 @@ struct Step {
   Buf src = Buf::work, dst = Buf::work;
   std::vector<GroupSlice> groups;
   std::string tier;  // the link tier the stage crosses (for a failure's text)
+  // units of the work buffer group g's members touch in this step, from g.offset (hocc.plan.types'
+  // Step.region): one segment for all_reduce and broadcast, one per member otherwise
+  size_t region_units(const GroupSlice& g) const {
+    return op == Op::all_reduce || op == Op::broadcast ? g.seg : g.ranks.size() * g.seg;
+  }
 };
 
 // How the caller's buffers map onto the work buffer [chunks][blocks][piece]:

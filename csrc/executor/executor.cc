@@ -56,17 +56,16 @@ struct Executor::Journal {
     for (int j = 0; j < chunks; ++j) save(j);
   }
   void save(int k) {
-    if (saved[size_t(k)].exchange(true)) return;
-    const size_t off = size_t(k) * chunk_bytes;
-    std::memcpy(aside + off, caller + off, std::min(chunk_bytes, total_bytes - off));
+    if (!saved[size_t(k)].exchange(true)) copy_chunk(k, aside, caller);
   }
   // after a failure, every lane stopped: the caller's output as it was
   void restore() {
     for (int k = 0; k < chunks; ++k)
-      if (saved[size_t(k)].load()) {
-        const size_t off = size_t(k) * chunk_bytes;
-        std::memcpy(caller + off, aside + off, std::min(chunk_bytes, total_bytes - off));
-      }
+      if (saved[size_t(k)].load()) copy_chunk(k, caller, aside);
+  }
+  void copy_chunk(int k, char* to, const char* from) const {
+    const size_t off = size_t(k) * chunk_bytes;
+    std::memcpy(to + off, from + off, std::min(chunk_bytes, total_bytes - off));
   }
 };
 
@@ -139,9 +138,8 @@ void Executor::run_item(const Item& it, const Run& r, const Lane& lane) {
         l.step_rec = r.rec->begin_step(int32_t(&s - r.steps), int32_t(g - s.groups.data()));
       }
       if (r.journal && s.dst != Buf::input) {
-        const size_t es = dtype_size(r.t), lo = g->offset * r.scale * es;
-        const size_t span = s.op == Op::all_gather || s.op == Op::reduce_scatter ? g->ranks.size() : 1;
-        r.journal->before_write(s.chunk, lo, lo + span * g->seg * r.scale * es);
+        const size_t unit = r.scale * dtype_size(r.t);
+        r.journal->before_write(s.chunk, g->offset * unit, (g->offset + s.region_units(*g)) * unit);
       }
       run_group(s, *g, r, l);
       if (r.rec) r.rec->end_step(l.step_rec);
