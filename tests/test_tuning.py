@@ -188,6 +188,29 @@ def _to_decision(tuner: Tuner, count: int, took: object) -> tuple[Pick, list[tup
     return tuner.decided()[key], calls
 
 
+@pytest.mark.parametrize(("behind", "stays"), [(1.03, True), (1.10, False)])
+def test_a_narrow_win_does_not_unseat_the_models_pick(behind: float, stays: bool) -> None:
+    """The trials replace the model's pick only with a rival measured more than STAY_WITHIN faster: a win
+    within the spread of two runs of one plan keeps the pick (and says so), a clear one takes the bucket."""
+    topo = parse_spec("4x2@nic=200mbit")  # 256 KiB all_reduce: native, ring and ho_ring priced within TRY_WITHIN
+    cfg = planner_settings(PlannerConfig(), "cpu", topo)
+    tuner = Tuner(topo, cfg, "cpu", True, lambda v: v, None, "k", True)
+    model = model_pick("all_reduce", 1 << 16, 4, topo, cfg)
+    price = predict_all("all_reduce", 1 << 16, 4, topo, cfg)[model.algo].seconds
+    rival = next(a for a in ("native", "ring", "ho_ring") if a != model.algo)
+
+    def took(p: Pick) -> float:
+        return price * (behind if p.algo == model.algo else 1.0 if p.algo == rival else 2.0)
+
+    decided, calls = _to_decision(tuner, 1 << 16, took)
+    assert rival in {a for a, _, t in calls if t}, calls  # the rival was measured
+    if stays:  # within STAY_WITHIN (1.05)
+        assert (decided.algo, decided.chunks) == (model.algo, model.chunks), decided
+        assert "the model's pick stays" in decided.why, decided
+    else:
+        assert decided.algo == rival and "stays" not in decided.why, decided
+
+
 def test_a_lone_pick_is_checked_once() -> None:
     """A bucket the model settles alone runs its pick; after calls worth CHECK_S (at least one: the set-up,
     at most CHECK_DEFER) CHECK_CALLS of them are timed, the first after a barrier, the ranks agree once, and a

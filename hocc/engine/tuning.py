@@ -82,6 +82,12 @@ ROUNDS = 3
 # after the first round, candidates measured slower than KEEP_WITHIN x the fastest run no more trials (this
 # machine's call-to-call noise at small sizes is about 1.25x: bench/results/auto-sweep, two runs of one plan)
 KEEP_WITHIN = 1.5
+# a bucket's trials replace the model's pick only with a rival measured more than STAY_WITHIN faster: two runs
+# of one plan differ by more than that here, so a narrower win can be the trials' noise (4x2 at 200 Mbit/s,
+# all_gather 1 MiB: the trials' winner then ran 40-60 ms a call where the model's pick had run 33-37 ms,
+# bench/results/auto-sweep). Not where the model failed its check (its prices are wrong there), nor in
+# `hocc tune`'s measure_all (every algorithm and depth, no favourite).
+STAY_WITHIN = 1.05
 BURST_S = 0.02
 MAX_BURST = 4
 ONE_ROUND_ABOVE_S = 0.25
@@ -139,6 +145,7 @@ class _Bucket:
     rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN of its pick
     replan: str | None = None  # (a check, ended) what the next call plans: 'trials', 'now' or 'wide'
     made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
+    model: int | None = None  # the candidate that is the model's pick, where the trials favour it (STAY_WITHIN)
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -366,6 +373,8 @@ class Tuner:
                     schedule.append((i, False, False))
         per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
         b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:], made=made)
+        if not wide:
+            b.model = next((i for i, c in enumerate(cands) if (c.algo, c.chunks) == (model.algo, model.chunks)), None)
         if defer:
             cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
             cost += SET_UP_S * set_ups
@@ -438,10 +447,15 @@ class Tuner:
         """Decide the bucket: the fastest of the candidates timed to the end (`last`, agreed)."""
         times = {**b.agreed, **last}
         best = min(last, key=lambda i: (last[i], i))
+        stayed = b.model is not None and b.model != best and last.get(b.model, math.inf) <= last[best] * STAY_WITHIN
+        if stayed and b.model is not None:  # a rival within the spread of two runs does not unseat the model's pick
+            best = b.model
         won = b.candidates[best]
         why = "measured: " + ", ".join(f"{_label(c)} {times[i] * 1e3:.3f} ms"
                                        + (" (dropped after round 1)" if i in b.agreed else "")
                                        for i, c in enumerate(b.candidates))
+        if stayed:
+            why += f"; the model's pick stays (within {STAY_WITHIN:g}x of the fastest)"
         pick = Pick(won.algo, won.chunks, why)
         b.decided = pick
         with self._lock:
