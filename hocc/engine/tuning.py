@@ -233,7 +233,8 @@ class Tuner:
                 break
             # its check ended without deciding: trials next ('trials', 'now' or 'wide'), planned at the same
             # call on every rank
-            b = self._planned(key, gone, collective, count, elem_size, b.replan, b.made + b.ran_first + len(b.schedule))
+            b = self._planned(key, gone, collective, count, elem_size, b.replan, b.made + b.ran_first + len(b.schedule),
+                              b.times.get(0))
         if b.due():  # every trial issued: wait for the worker's decision
             return self._wait(b, gone), None
         cand, timed, synced = b.schedule[b.issued]
@@ -268,10 +269,10 @@ class Tuner:
         return known if known is not None else self.table(collective, elem_size).pick(count * elem_size)
 
     def _planned(self, key: tuple[str, str, int], gone: Callable[[], str | None], collective: str, count: int,
-                 elem_size: int, mode: str = "", made: int = 0) -> _Bucket:
+                 elem_size: int, mode: str = "", made: int = 0, seen: list[float] | None = None) -> _Bucket:
         """The bucket's new plan (_plan_trials), kept; one the model settles is decided at once."""
         self._wait_due(gone)
-        b = self._buckets[key] = self._plan_trials(collective, count, elem_size, mode, made)
+        b = self._buckets[key] = self._plan_trials(collective, count, elem_size, mode, made, seen)
         if b.decided is not None:  # settled by the model: no trials
             with self._lock:
                 self._decided[key] = b.decided
@@ -315,12 +316,14 @@ class Tuner:
             return t
 
     def _plan_trials(self, collective: str, count: int, elem_size: int, mode: str = "",
-                     made: int = 0) -> _Bucket:
+                     made: int = 0, seen: list[float] | None = None) -> _Bucket:
         """A bucket's plan. First (mode ''): a check of the model's pick (its calls, then CHECK_CALLS timed);
         hocc tune's (measure_all) plans trials between every algorithm instead, at once. After a check
         (`made` calls made): 'trials', the pick and its rivals (priced within self.within) after the pick's
         calls worth them; 'now', the same at once (the model is wrong here, so are its prices of waiting);
-        'wide', every algorithm the model can price, at once (it saw no rival)."""
+        'wide', every algorithm the model can price, at once (it saw no rival). `seen`: the check's timed
+        calls of the pick, which stand for its first round (a pick found 6x its price is not run again to
+        learn that it is slow)."""
         wide = mode == "wide" or self.depths
         preds = predict_all(collective, count, elem_size, self.model_topo, self.model_cfg)
         model = model_pick(collective, count, elem_size, self.model_topo, self.model_cfg)
@@ -372,9 +375,14 @@ class Tuner:
                     self._warm.add((collective, c.algo))
                     schedule.append((i, False, False))
         per_round = [[(i, True, j == 0) for i in range(len(cands)) for j in range(burst)] for _ in range(rounds)]
+        pick = next((i for i, c in enumerate(cands) if (c.algo, c.chunks) == (model.algo, model.chunks)), None)
+        if seen and pick is not None:  # the check timed the pick: that is its first round
+            per_round[0] = [e for e in per_round[0] if e[0] != pick]  # (each burst starts after a barrier)
         b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:], made=made)
+        if seen and pick is not None:
+            b.times[pick] = list(seen)
         if not wide:
-            b.model = next((i for i, c in enumerate(cands) if (c.algo, c.chunks) == (model.algo, model.chunks)), None)
+            b.model = pick
         if defer:
             cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
             cost += SET_UP_S * set_ups
