@@ -263,6 +263,25 @@ def test_a_model_priced_for_the_wrong_links_measures_every_algorithm() -> None:
     assert decided.algo == best and tuner.model_topo is not wrong
 
 
+def test_a_busy_spell_in_a_check_is_not_a_wrong_model() -> None:
+    """A check that finds the pick over CHECK_RATIO x its price (here, the machine busy for those three calls)
+    is taken again at once; the second, as priced, keeps the pick: no trials, no other algorithm set up."""
+    tuner = _tuner()
+    count = 1 << 18  # 1 MiB all_reduce on 2x4: the model settles it alone
+    want = model_pick("all_reduce", count, 4, TOPO, CPU)
+    price = predict_all("all_reduce", count, 4, TOPO, CPU)[want.algo].seconds
+    timed = []
+
+    def took(p: Pick) -> float:
+        timed.append(p)
+        return price * (20 if len(timed) <= CHECK_CALLS else 1.2)
+
+    decided, calls = _to_decision(tuner, count, took)
+    assert (decided.algo, decided.chunks) == (want.algo, want.chunks) and "checked" in decided.why, decided
+    assert {(a, k) for a, k, _ in calls} == {(want.algo, want.chunks)}, calls  # nothing else ran
+    assert sum(t for *_, t in calls) == 2 * CHECK_CALLS, calls
+
+
 def test_a_model_found_wrong_measures_its_rivals_at_once() -> None:
     """With the links described wrongly, a bucket with rivals does not wait for its trials by the wrong
     prices: its check finds the pick far slower than priced, and the rivals' trials start at once."""
@@ -275,8 +294,9 @@ def test_a_model_found_wrong_measures_its_rivals_at_once() -> None:
     decided, calls = _to_decision(tuner, count, lambda p: 0.010 if p.algo == "ho_ring" else 0.0025)
     assert decided.algo == "host_rails" and len(calls) <= 40, (decided, len(calls))
     assert {a for a, _, t in calls if t} == {"host_rails", "ho_ring"}  # the rivals only
-    # the check's timed calls are the pick's first round: found 4x slower there, it runs no trial of its own
-    assert sum(a == "ho_ring" and t for a, _, t in calls) == CHECK_CALLS, calls
+    # a failed check is checked again; the second's timed calls are the pick's first round: found 4x slower
+    # there, it runs no trial of its own
+    assert sum(a == "ho_ring" and t for a, _, t in calls) == 2 * CHECK_CALLS, calls
 
 
 def test_a_short_job_pays_nothing_for_measuring() -> None:

@@ -112,6 +112,10 @@ MAX_DEFER = 200
 # trials for nothing, its first 50 calls 1.69x native's), while a wrong link rate is off by its factor where
 # bytes count (10 Gbit/s described on 200 Mbit/s: host_rails at 64 KiB priced 0.92 ms, 9.4-10 ms measured;
 # native at 1 MiB on 4x2 priced 2 ms, about 80 ms).
+# A check above CHECK_RATIO is taken again at once before any trial: a busy spell on a shared machine is not a wrong
+# model, and the trials a failed check starts set up every candidate's communicators (2x4 with wrong links,
+# all_gather 4 KiB: three check calls of 1.2-4.9 ms, 0.2-0.4 ms before and after; its first 50 calls 2.75x
+# native's).
 # The calls before a check: at most CHECK_DEFER (a model priced for the wrong links under-prices them, and the
 # trials a failed check starts should end within a short job's first 50 calls of the size).
 CHECK_CALLS = 3
@@ -143,7 +147,8 @@ class _Bucket:
     decided: Pick | None = None
     price: float | None = None  # a check of the model's pick (its one candidate): its price, seconds
     rivals: bool = False  # (a check) the model priced rivals within TRY_WITHIN of its pick
-    replan: str | None = None  # (a check, ended) what the next call plans: 'trials', 'now' or 'wide'
+    replan: str | None = None  # (a check, ended) what the next call plans: 'again', 'trials', 'now' or 'wide'
+    again: bool = False  # (a check) the second: the first found the pick over CHECK_RATIO x its price
     made: int = 0  # calls of this bucket's size made before this plan (its check's): counted with it
     model: int | None = None  # the candidate that is the model's pick, where the trials favour it (STAY_WITHIN)
     cut: threading.Event = field(default_factory=threading.Event)  # the schedule is final
@@ -231,8 +236,8 @@ class Tuner:
                 self._wait_cut(b, gone)
             if b.replan is None:
                 break
-            # its check ended without deciding: trials next ('trials', 'now' or 'wide'), planned at the same
-            # call on every rank
+            # its check ended without deciding: a second check, or trials ('trials', 'now' or 'wide'), planned
+            # at the same call on every rank
             b = self._planned(key, gone, collective, count, elem_size, b.replan, b.made + b.ran_first + len(b.schedule),
                               b.times.get(0))
         if b.due():  # every trial issued: wait for the worker's decision
@@ -319,8 +324,9 @@ class Tuner:
                      made: int = 0, seen: list[float] | None = None) -> _Bucket:
         """A bucket's plan. First (mode ''): a check of the model's pick (its calls, then CHECK_CALLS timed);
         hocc tune's (measure_all) plans trials between every algorithm instead, at once. After a check
-        (`made` calls made): 'trials', the pick and its rivals (priced within self.within) after the pick's
-        calls worth them; 'now', the same at once (the model is wrong here, so are its prices of waiting);
+        (`made` calls made): 'again', a second check at once (the first found the pick over CHECK_RATIO x its
+        price); 'trials', the pick and its rivals (priced within self.within) after the pick's calls worth
+        them; 'now', the same at once (both checks found the model wrong here, so are its prices of waiting);
         'wide', every algorithm the model can price, at once (it saw no rival). `seen`: the check's timed
         calls of the pick, which stand for its first round (a pick found 6x its price is not run again to
         learn that it is slow)."""
@@ -344,13 +350,14 @@ class Tuner:
                 ks = {self.base.chunks}
             cands += [Pick(name, k, "trial") for k in sorted(ks)]
         price = preds[model.algo].seconds
-        if not mode and not wide:
-            # its pick's calls until they have cost CHECK_S (the first sets it up), then CHECK_CALLS timed
-            first = min(CHECK_DEFER, max(1, math.ceil(CHECK_S / max(price, 1e-6))))
+        if mode in ("", "again") and not wide:
+            # its pick's calls until they have cost CHECK_S (the first sets it up), then CHECK_CALLS timed; a
+            # check again (the first failed) times CHECK_CALLS more at once
+            first = 0 if mode else min(CHECK_DEFER, max(1, math.ceil(CHECK_S / max(price, 1e-6))))
             self._warm.add((collective, model.algo))
             rivals = "no other within" if len(cands) == 1 else "rivals within"
             return _Bucket([Pick(model.algo, model.chunks, model.why)], [(0, True, j == 0) for j in range(CHECK_CALLS)],
-                           count, elem_size, collective, deferred=first, price=price,
+                           count, elem_size, collective, deferred=first, price=price, again=mode == "again",
                            rivals=len(cands) > 1, first=Pick(model.algo, model.chunks, f"{model.why} ({rivals} "
                                                              f"{self.within:g}x; checked from its call {first + 1})"))
         if len(cands) == 1:
@@ -437,7 +444,9 @@ class Tuner:
         """A check's agreed time against its price: the model is wrong here (trials next, at once: its
         rivals', or every algorithm's where it saw none), or right (its pick kept, or its rivals' trials
         when worth them)."""
-        if took > price * CHECK_RATIO:
+        if took > price * CHECK_RATIO and not b.again:  # once more first: a busy spell is not a wrong model
+            b.replan = "again"
+        elif took > price * CHECK_RATIO:
             log.info("hocc tuning: %s %s bucket %d: %s took %.3f ms, the model priced %.3f ms: measuring now",
                      key[0], key[1], key[2], _label(b.candidates[0]), took * 1e3, price * 1e3)
             b.replan = "now" if b.rivals else "wide"
