@@ -133,6 +133,32 @@ def test_tiny_native_steps_pay_a_trees_hops() -> None:
     assert predict(build_native("all_reduce", 2, 1, "host"), two, 4, params) == pytest.approx(1e-3)
 
 
+def test_a_tiny_sub_group_step_loads_bruck_edges() -> None:
+    """The leaders' all_gather across two switches (a sub-group of 4 over UCX): gathered inputs within
+    NET_TINY_BYTES run Bruck's all-gather, whose distance-2 step crosses the trunk from every member: 5
+    blocks leave each switch where the ring's 3 do. Above it the ring's edges; a tiny all_reduce gathers
+    whole buffers, so (n-1) = 3 of them leave each member, twice the ring's 2(n-1)/n."""
+    from hocc.plan.cost import NET_TINY_BYTES
+    from hocc.plan.leaders import build_leaders
+
+    topo = parse_spec("2x2x2@nic=8mbit,trunk=2mbit,nic_latency=0,trunk_latency=0")
+
+    def leaders_step(collective: str, count: int) -> tuple[float, float]:
+        plan = build_leaders(collective, topo, count)
+        assert plan is not None
+        step = next(s for s in plan.steps if s.tier == "trunk")
+        load, _ = step_load(step, 4, topo, params=NO_SOFTWARE)
+        return load[("trunk_out", "switch0")], load[("nic_out", "host0")]
+
+    edge = NET_TINY_BYTES // (4 * 2 * 4)  # 4 leaders, 2 blocks per host, 4 bytes: the gathered size at the edge
+    block = 2 * edge * 4  # a host's blocks, the leaders' segment
+    assert leaders_step("all_gather", edge) == pytest.approx((5 * block, 3 * block))
+    assert leaders_step("all_gather", edge + 1) == pytest.approx((3 * (block + 8), 3 * (block + 8)))
+    whole = NET_TINY_BYTES // (4 * 4)  # an all_reduce's whole buffer, gathered from 4 leaders
+    assert leaders_step("all_reduce", whole) == pytest.approx((5 * whole * 4, 3 * whole * 4))
+    assert leaders_step("all_reduce", whole + 1)[1] == pytest.approx(1.5 * (whole + 1) * 4)
+
+
 def test_a_links_burst_is_free_once_a_call_and_never_beyond_its_rate() -> None:
     """The emulated NICs' token bucket (tc tbf, 64 KiB): a call's first burst bytes on a link cost no time, but no
     call costs less than its busiest link's bytes at the rate. It is a link's setting: specs and files keep it."""

@@ -62,6 +62,9 @@ from hocc.topology.links import LinkModel
 TIER_RANK = {t: i for i, t in enumerate(TIERS)}
 # the shared-memory all_reduce that takes one barrier, not two (ShmComm::kWholeReduceBytes; hocc._C exports it)
 SHM_WHOLE_REDUCE_BYTES = 2048
+# a sub-group's all_reduce or all_gather whose gathered inputs fit this runs Bruck's all-gather over UCX
+# (csrc/transport/ucx.h kTinyGather): its hops (CostParams.net_tiny_bytes) and its bytes per link (_sent_as)
+NET_TINY_BYTES = 16 << 10
 LINK_KINDS = (*TIERS, "shm", "machine")
 MACHINE = ("machine", "all")
 
@@ -113,7 +116,7 @@ class CostParams:
     nvls_efficiency: float = 0.61
     pipeline_window: float = 0.0
     tiny_bytes: float = 448  # a native step whose members' inputs fit this runs as a tree of frames (c10d.cc)
-    net_tiny_bytes: float = 16 << 10  # a sub-group's all_reduce/all_gather this small: Bruck's (ucx.h kTinyGather)
+    net_tiny_bytes: float = NET_TINY_BYTES  # a sub-group's all_reduce/all_gather this small: Bruck's
     host_message: float = 15e-6
 
     def factor(self, cls: str) -> float:
@@ -221,6 +224,9 @@ class _Shape:
     messages: int = 0  # messages across hosts its busiest host's ranks send and receive (CostParams.host_message)
     whole: bool = False  # one group of every rank (a native step then runs the group's own backend: gloo)
     widest: int = 0  # its largest group, where all its groups have one segment (0: unequal segments)
+    # a sub-group's native all_reduce or all_gather on its tiny path (_tiny_hops): Bruck's bytes per link, per
+    # element of segment (None: no tiny path); _sent_as picks them where the step's bytes fit
+    bruck: dict[tuple[str, str], float] | None = None
 
     @property
     def values(self) -> np.ndarray:
@@ -298,10 +304,39 @@ def _shape(op: str, impl: str, groups: tuple[tuple[int, ...], ...], places: _Pla
                 unit[link] = unit.get(link, 0.0) + sent
         users.update(mine)
     calls = _calls([(g, 1.0) for g in groups], places) if impl == "native" else ()
+    bruck = _bruck_unit(groups, places) if impl == "native" and op in ("all_reduce", "all_gather") else None
     crowded = frozenset(k for k, c in users.items() if c > 1)
     whole = len(groups) == 1 and len(groups[0]) == len(places.host)
     return _Shape(f"{impl}:{op}", unit, _chain(chain), frozenset(tiers), impl == "ring", shm, calls, crowded,
-                  max(messages.values(), default=0), whole, max(map(len, groups), default=0))
+                  max(messages.values(), default=0), whole, max(map(len, groups), default=0), bruck)
+
+
+def _bruck_unit(groups: tuple[tuple[int, ...], ...], places: _Places) -> dict[tuple[str, str], float]:
+    """Bruck's all-gather (csrc/transport/ring.h) per link, in blocks of the step's segment: at distance d
+    member i sends min(d, n-d) blocks to member i+d. The ring's bytes in all, but not on the ring's edges:
+    across switches (2+2 hosts) 5 blocks leave a switch where the ring's 3 do. A tiny all_reduce gathers
+    whole buffers (blocks of its segment) and reduces them where they land."""
+    unit: dict[tuple[str, str], float] = {}
+    for ranks in groups:
+        n, d = len(ranks), 1
+        while d < n:
+            for i, a in enumerate(ranks):
+                for link in _edge_links(a, ranks[(i + d) % n], places)[1]:
+                    unit[link] = unit.get(link, 0.0) + min(d, n - d)
+            d *= 2
+    return unit
+
+
+def _sent_as(shape: _Shape, seg_bytes: float, cache: dict[Any, _Shape]) -> _Shape:
+    """The shape whose bytes a step of seg_bytes puts on its links: Bruck's where its tiny path runs (the
+    UCX sub-group's, _tiny_hops), else its own."""
+    if shape.bruck is None or shape.whole or shape.widest < 2 or shape.widest * seg_bytes > NET_TINY_BYTES:
+        return shape
+    key = ("bruck", id(shape))
+    if key not in cache:
+        crowded = frozenset(k for k in shape.bruck if k in shape.crowded)
+        cache[key] = replace(shape, unit=shape.bruck, crowded=crowded, bruck=None)
+    return cache[key]
 
 
 def _step_shape(step: Step, places: _Places, cache: dict[Any, _Shape]) -> tuple[_Shape, float]:
@@ -336,7 +371,9 @@ def step_load(step: Step, elem_size: int, topo: Topology, places: _Places | None
     """Bytes per link (times the step's class factor), and the latency chain
     (seconds; under NCCL its slowest call's time, `_step_latency`), of one step on its own."""
     params = params or CostParams()
-    shape, seg = _step_shape(step, places or places_of(topo), _shape_cache(topo))
+    cache = _shape_cache(topo)
+    shape, seg = _step_shape(step, places or places_of(topo), cache)
+    shape = _sent_as(shape, seg * elem_size, cache)
     f = params.factor(shape.cls) * seg * elem_size
     load: Load = {k: v * f for k, v in shape.unit.items()}
     return load, _step_latency(shape, seg * elem_size, topo.links, params)
@@ -510,6 +547,7 @@ def compile_plan(plan: Plan, topo: Topology, elem_size: int) -> PlanCost:
     at: dict[tuple[int, int], list[int]] = {}
     for s in plan.steps:
         shape, seg = _step_shape(s, places, cache)
+        shape = _sent_as(shape, seg * elem_size, cache)
         key = (id(shape), seg)
         if key not in index:
             index[key] = len(shapes)
@@ -537,7 +575,7 @@ def compile_pipeline(chunk_plan: Plan, chunks: int, topo: Topology, elem_size: i
     for s in chunk_plan.steps:
         per_stage[s.stage].append(len(shapes))
         shape, seg = _step_shape(s, places, cache)
-        shapes.append((shape, seg * scale))
+        shapes.append((_sent_as(shape, seg * scale * elem_size, cache), seg * scale))
     counts: Counter[tuple[int, ...]] = Counter()
     for t in range(chunks + stages - 1):
         lo, hi = max(0, t - chunks + 1), min(t, stages - 1)

@@ -38,15 +38,19 @@ class LinkModel:
     not the wire's, fitted by `hocc calibrate` to the sweeps of 2026-12-05 over UCX
     (docs/cost-model.md, "CostParams"): a hop between hosts 40 us on top of the
     host stages, one inside a host (gloo's loopback, which only native steps use
-    there) 130 us, and a trunk hop 660 us; loopback carries about 10 Gbit/s. With
-    these, the model's pick is within 10% of the measured fastest at 195 of the
-    sweeps' 204 points (bench/results/model-picks.md). The testbed shapes each NIC
+    there) 130 us; loopback carries about 10 Gbit/s. A trunk hop costs what a
+    NIC's does, 40 us (the testbed's trunk is one more veth pair and bridge,
+    shaped as a NIC is): the 660 us fitted then came from calls of 64 KiB and
+    up, where it never decided a pick, and priced the leaders' 32 B all_reduce on
+    the emulated 2x2x2 at 1.4 ms against 0.15 ms measured; at 40 us the model's
+    small-call picks there are the fastest at 18 of 18 sizes and ops
+    (bench/results/model-picks.md, with its other scenarios and sizes). The testbed shapes each NIC
     and trunk with tc's tbf and a 64 KiB bucket (hocc.bench.emulated.TBF_BURST):
     their burst, which is why a call of a few KiB costs no NIC time there."""
 
     host: Link = Link(bandwidth=10e9 / 8, latency=130e-6)
     nic: Link = Link(bandwidth=200e6 / 8, latency=40e-6, burst=64 * 1024)
-    trunk: Link = Link(bandwidth=100e6 / 8, latency=660e-6, burst=64 * 1024)
+    trunk: Link = Link(bandwidth=100e6 / 8, latency=40e-6, burst=64 * 1024)
 
     def tier(self, name: str) -> Link:
         if name not in TIERS:
