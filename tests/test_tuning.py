@@ -263,6 +263,17 @@ def test_a_model_priced_for_the_wrong_links_measures_every_algorithm() -> None:
     assert decided.algo == best and tuner.model_topo is not wrong
 
 
+def test_a_model_found_wrong_has_no_favourite() -> None:
+    """Where the checks found the pick far over its price, the model is wrong for this cluster: the fastest
+    measured wins even by less than STAY_WITHIN."""
+    wrong = parse_spec("2x4@nic=10gbit")
+    cfg = planner_settings(PlannerConfig(), "cpu", wrong)
+    tuner = Tuner(wrong, cfg, "cpu", True, lambda v: v, None, "k", True)
+    count = 1 << 15  # 128 KiB: ho_ring priced 0.52 ms, host_rails within 1.25x (as above)
+    decided, _ = _to_decision(tuner, count, lambda p: 0.0100 if p.algo == "ho_ring" else 0.0098)
+    assert decided.algo == "host_rails" and "stays" not in decided.why, decided
+
+
 def test_a_busy_spell_in_a_check_is_not_a_wrong_model() -> None:
     """A check that finds the pick over CHECK_RATIO x its price (here, the machine busy for those three calls)
     is taken again at once; the second, as priced, keeps the pick: no trials, no other algorithm set up."""

@@ -388,7 +388,7 @@ class Tuner:
         b = _Bucket(cands, schedule + per_round[0], count, elem_size, collective, later=per_round[1:], made=made)
         if seen and pick is not None:
             b.times[pick] = list(seen)
-        if not wide:
+        if mode == "trials":  # after a check that found the model right (a failed one: its prices are wrong)
             b.model = pick
         if defer:
             cost = sum(_predicted(preds, cands[i]) for i, _, _ in schedule + [e for r in per_round for e in r])
