@@ -464,9 +464,9 @@ class Tuner:
         """Decide the bucket: the fastest of the candidates timed to the end (`last`, agreed)."""
         times = {**b.agreed, **last}
         best = min(last, key=lambda i: (last[i], i))
-        stayed = b.model is not None and b.model != best and last.get(b.model, math.inf) <= last[best] * STAY_WITHIN
-        if stayed and b.model is not None:  # a rival within the spread of two runs does not unseat the model's pick
-            best = b.model
+        stayed = False
+        if b.model is not None and b.model != best and last.get(b.model, math.inf) <= last[best] * STAY_WITHIN:
+            best, stayed = b.model, True  # a rival within the spread of two runs does not unseat the model's pick
         won = b.candidates[best]
         why = "measured: " + ", ".join(f"{_label(c)} {times[i] * 1e3:.3f} ms"
                                        + (" (dropped after round 1)" if i in b.agreed else "")

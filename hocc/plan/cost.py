@@ -329,8 +329,8 @@ def _bruck_unit(groups: tuple[tuple[int, ...], ...], places: _Places) -> dict[tu
 
 def _sent_as(shape: _Shape, seg_bytes: float, cache: dict[Any, _Shape]) -> _Shape:
     """The shape whose bytes a step of seg_bytes puts on its links: Bruck's where its tiny path runs (the
-    UCX sub-group's, _tiny_hops), else its own."""
-    if shape.bruck is None or shape.whole or shape.widest < 2 or shape.widest * seg_bytes > NET_TINY_BYTES:
+    UCX sub-group's, _on_bruck, as _tiny_hops prices its hops), else its own."""
+    if shape.bruck is None or not _on_bruck(shape, seg_bytes, NET_TINY_BYTES):
         return shape
     key = ("bruck", id(shape))
     if key not in cache:
@@ -415,14 +415,26 @@ def _tiny_hops(shape: _Shape, seg_bytes: float, params: CostParams) -> int | Non
     between hosts, csrc/transport/ucx.cc) whose gathered inputs fit net_tiny_bytes: Bruck's all-gather,
     ceil(log2 n) hops. One group per rank (the ring's chain is one ring's hops)."""
     n = shape.widest
-    if shape.ring or n < 2 or shape.hops != (2 * (n - 1) if shape.cls.endswith("all_reduce") else n - 1):
+    if not _one_ring_per_rank(shape):
         return None
     if shape.whole:
         inputs = n * n * seg_bytes if shape.cls.endswith("reduce_scatter") else n * seg_bytes
         return (1 if n == 2 else 2 * math.ceil(math.log2(n))) if inputs <= params.tiny_bytes else None
-    if shape.cls.endswith(("all_reduce", "all_gather")) and n * seg_bytes <= params.net_tiny_bytes:
-        return math.ceil(math.log2(n))
-    return None
+    return math.ceil(math.log2(n)) if _on_bruck(shape, seg_bytes, params.net_tiny_bytes) else None
+
+
+def _one_ring_per_rank(shape: _Shape) -> bool:
+    """A native step whose latency chain is one ring's: every rank in one group (a transport's tiny path
+    replaces that ring)."""
+    n = shape.widest
+    return not shape.ring and n >= 2 and shape.hops == (2 * (n - 1) if shape.cls.endswith("all_reduce") else n - 1)
+
+
+def _on_bruck(shape: _Shape, seg_bytes: float, limit: float) -> bool:
+    """A sub-group's all_reduce or all_gather that UCX runs as Bruck's all-gather: one ring per rank, its
+    members' inputs together within limit (ucx.h kTinyGather)."""
+    return (_one_ring_per_rank(shape) and not shape.whole and shape.cls.endswith(("all_reduce", "all_gather"))
+            and shape.widest * seg_bytes <= limit)
 
 
 @dataclass
